@@ -1,0 +1,315 @@
+//! The embedded DataFusion engine: reads pinned Iceberg snapshots through `iceberg-datafusion`
+//! (partition pruning, predicate and projection pushdown) and answers `pg_catalog` and
+//! `information_schema` queries over the lake.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::catalog::{
+    CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
+    SchemaProvider,
+};
+use datafusion::common::ParamValues;
+use datafusion::datasource::TableProvider;
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
+use iceberg_datafusion::IcebergStaticTableProvider;
+
+use crate::engine::{Described, Engine, EngineRequest, Pins, Settings};
+use crate::error::{Error, Result};
+use crate::lake::{Directory, Lake};
+use crate::system_catalog::{SYSTEM_SCHEMAS, pg_catalog_schema, session_udfs};
+
+/// Options for the embedded DataFusion engine.
+#[derive(Debug, Clone)]
+pub struct DataFusionOptions {
+    /// The database name clients see (`current_database()`, the DataFusion catalog name).
+    pub database: String,
+    /// Parallelism per query (DataFusion `target_partitions`).
+    pub target_partitions: usize,
+    /// Rows per batch produced by scans and operators.
+    pub batch_size: usize,
+}
+
+impl Default for DataFusionOptions {
+    fn default() -> Self {
+        Self {
+            database: "lakegate".into(),
+            target_partitions: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            batch_size: 8192,
+        }
+    }
+}
+
+/// The embedded DataFusion engine.
+pub struct DataFusionEngine {
+    lake: Arc<Lake>,
+    database: String,
+    /// Functions and configuration shared by every statement; each statement gets its own
+    /// catalog list holding its pinned tables.
+    base: SessionState,
+    pg_catalog: Arc<dyn SchemaProvider>,
+    /// The last listing of namespaces and tables; refreshed for metadata queries.
+    directory: Mutex<Arc<Directory>>,
+}
+
+impl std::fmt::Debug for DataFusionEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataFusionEngine").field("database", &self.database).finish_non_exhaustive()
+    }
+}
+
+impl DataFusionEngine {
+    /// Builds the engine over `lake`.
+    ///
+    /// # Errors
+    /// When the `pg_catalog` emulation cannot be set up.
+    pub fn try_new(lake: Arc<Lake>, options: DataFusionOptions) -> Result<Self> {
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(&options.database, "public")
+            .with_target_partitions(options.target_partitions.max(1))
+            .with_batch_size(options.batch_size.max(1));
+        let ctx = SessionContext::new_with_config(config);
+        ctx.register_catalog(&options.database, Arc::new(MemoryCatalogProvider::new()));
+        setup_pg_catalog(&ctx, &options.database, EmptyContextProvider)
+            .map_err(|e| Error::DataFusion(*e))?;
+        let pg_catalog = pg_catalog_schema(lake.clone(), options.database.clone())?;
+        Ok(Self {
+            lake,
+            database: options.database,
+            base: ctx.state(),
+            pg_catalog,
+            directory: Mutex::new(Arc::new(Directory::default())),
+        })
+    }
+
+    /// The database name this engine presents.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    async fn directory_for(&self, statement: &Statement) -> Result<Arc<Directory>> {
+        let (refs, _) = datafusion::sql::resolve::resolve_table_references(
+            &DfStatement::Statement(Box::new(statement.clone())),
+            true,
+        )?;
+        let wants_listing = refs.iter().any(|r| r.schema() == Some("information_schema"))
+            || refs.iter().any(|r| r.schema().is_none() && r.table().starts_with("pg_"));
+        let mut current = self.directory.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if wants_listing || current.schemas.is_empty() {
+            current = Arc::new(self.lake.directory().await?);
+            *self.directory.lock().unwrap_or_else(|p| p.into_inner()) = current.clone();
+        }
+        Ok(current)
+    }
+
+    /// A context for one statement: the shared functions, this statement's pinned tables and
+    /// the session's settings.
+    async fn context(&self, request: &EngineRequest<'_>) -> Result<SessionContext> {
+        let directory = self.directory_for(request.statement).await?;
+        let catalogs = Arc::new(MemoryCatalogProviderList::new());
+        catalogs.register_catalog(
+            self.database.clone(),
+            Arc::new(LakeCatalog {
+                lake: self.lake.clone(),
+                pins: request.pins.clone(),
+                directory,
+                pg_catalog: self.pg_catalog.clone(),
+            }),
+        );
+        let mut config = self.base.config().clone();
+        apply_settings(&mut config, request.settings);
+        let state = SessionStateBuilder::new_from_existing(self.base.clone())
+            .with_config(config)
+            .with_catalog_list(catalogs as Arc<dyn CatalogProviderList>)
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        for udf in session_udfs(&self.database, request.settings) {
+            ctx.register_udf(udf);
+        }
+        Ok(ctx)
+    }
+
+    async fn plan(&self, ctx: &SessionContext, statement: &Statement) -> Result<LogicalPlan> {
+        let plan = ctx
+            .state()
+            .statement_to_plan(DfStatement::Statement(Box::new(statement.clone())))
+            .await?;
+        datafusion::execution::context::SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false)
+            .verify_plan(&plan)
+            .map_err(|_| Error::Unsupported {
+                what: "this statement (lakegate is read-only)".to_string(),
+            })?;
+        Ok(plan)
+    }
+}
+
+fn apply_settings(config: &mut SessionConfig, settings: &Settings) {
+    let options = config.options_mut();
+    options.catalog.default_schema = settings.default_schema().to_string();
+    options.execution.time_zone = Some(settings.time_zone.clone());
+}
+
+/// Parameter types in `$1, $2, …` order (numeric, so `$10` follows `$9`).
+pub fn ordered_param_types(
+    types: &std::collections::HashMap<String, Option<arrow::datatypes::DataType>>,
+) -> Vec<Option<arrow::datatypes::DataType>> {
+    let mut entries: Vec<(usize, Option<arrow::datatypes::DataType>)> = types
+        .iter()
+        .filter_map(|(k, v)| k.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, v.clone())))
+        .collect();
+    entries.sort_by_key(|(i, _)| *i);
+    let len = entries.last().map_or(0, |(i, _)| *i);
+    let mut out = vec![None; len];
+    for (i, t) in entries {
+        if i >= 1 {
+            out[i - 1] = t;
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Engine for DataFusionEngine {
+    fn name(&self) -> &str {
+        "datafusion"
+    }
+
+    async fn describe(&self, request: EngineRequest<'_>) -> Result<Described> {
+        let ctx = self.context(&request).await?;
+        let plan = self.plan(&ctx, request.statement).await?;
+        let param_types = ordered_param_types(&plan.get_parameter_types()?);
+        Ok(Described { param_types, schema: Arc::new(plan.schema().as_arrow().clone()) })
+    }
+
+    async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
+        let ctx = self.context(&request).await?;
+        let mut plan = self.plan(&ctx, request.statement).await?;
+        if let Some(params) = request.params {
+            plan = plan.replace_params_with_values(params)?;
+        } else if !plan.get_parameter_types()?.is_empty() {
+            return Err(Error::DataFusion(DataFusionError::Plan(
+                "statement has $n placeholders but no parameters were bound".into(),
+            )));
+        }
+        let df = ctx.execute_logical_plan(plan).await?;
+        Ok(df.execute_stream().await?)
+    }
+}
+
+/// Parameters for [`EngineRequest::params`] from positional values.
+pub fn positional_params(values: Vec<datafusion::scalar::ScalarValue>) -> ParamValues {
+    ParamValues::List(values.into_iter().map(Into::into).collect())
+}
+
+/// The lake as one DataFusion catalog for one statement.
+#[derive(Debug)]
+struct LakeCatalog {
+    lake: Arc<Lake>,
+    pins: Pins,
+    directory: Arc<Directory>,
+    pg_catalog: Arc<dyn SchemaProvider>,
+}
+
+impl CatalogProvider for LakeCatalog {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.directory.schemas.keys().cloned().collect();
+        names.push("pg_catalog".to_string());
+        names
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == "pg_catalog" {
+            return Some(self.pg_catalog.clone());
+        }
+        if SYSTEM_SCHEMAS.contains(&name) {
+            return None;
+        }
+        Some(Arc::new(LakeSchema {
+            lake: self.lake.clone(),
+            schema: name.to_string(),
+            pins: self.pins.clone(),
+            names: self.directory.schemas.get(name).cloned().unwrap_or_default(),
+        }))
+    }
+}
+
+/// One namespace for one statement: pinned tables first, anything else resolved on demand.
+#[derive(Debug)]
+struct LakeSchema {
+    lake: Arc<Lake>,
+    schema: String,
+    pins: Pins,
+    names: Vec<String>,
+}
+
+#[async_trait]
+impl SchemaProvider for LakeSchema {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.names.clone()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        let resolved = match self.pins.get(&self.schema, name) {
+            Some(t) => t.clone(),
+            None => match self.lake.resolve(&self.schema, name).await {
+                Ok(t) => t,
+                Err(Error::TableNotFound { .. }) => return Ok(None),
+                Err(e) => return Err(DataFusionError::External(Box::new(e))),
+            },
+        };
+        let provider = match resolved.snapshot_id {
+            Some(id) => IcebergStaticTableProvider::try_new_from_table_snapshot(resolved.table, id)
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+            None => IcebergStaticTableProvider::try_new_from_table(resolved.table)
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?,
+        };
+        Ok(Some(Arc::new(provider)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.pins.get(&self.schema, name).is_some() || self.names.iter().any(|n| n == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::DataType;
+    use std::collections::HashMap;
+
+    #[test]
+    fn parameters_are_ordered_numerically() {
+        let mut types = HashMap::new();
+        for i in 1..=11 {
+            types.insert(format!("${i}"), Some(if i == 10 { DataType::Utf8 } else { DataType::Int64 }));
+        }
+        let ordered = ordered_param_types(&types);
+        assert_eq!(ordered.len(), 11);
+        assert_eq!(ordered[9], Some(DataType::Utf8));
+        assert_eq!(ordered[10], Some(DataType::Int64));
+    }
+}

@@ -1,0 +1,140 @@
+//! The [`Engine`] trait: one query engine that reads the lake, and what each request carries.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use async_trait::async_trait;
+use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use crate::error::Result;
+use crate::lake::ResolvedTable;
+
+/// The version of every lake table a statement reads, resolved once before it runs.
+///
+/// Every engine answers against exactly these versions, so an answer can be tagged (and cached)
+/// with the snapshots it was computed from.
+#[derive(Debug, Clone, Default)]
+pub struct Pins {
+    tables: BTreeMap<(String, String), ResolvedTable>,
+}
+
+impl Pins {
+    /// Pins `table` under `schema.name`.
+    pub fn insert(&mut self, schema: &str, name: &str, table: ResolvedTable) {
+        self.tables.insert((schema.to_string(), name.to_string()), table);
+    }
+
+    /// The pinned version of `schema.name`, if any.
+    pub fn get(&self, schema: &str, name: &str) -> Option<&ResolvedTable> {
+        self.tables.get(&(schema.to_string(), name.to_string()))
+    }
+
+    /// Every pinned table with its `(schema, name)`.
+    pub fn iter(&self) -> impl Iterator<Item = (&(String, String), &ResolvedTable)> {
+        self.tables.iter()
+    }
+
+    /// Whether nothing is pinned.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+}
+
+/// Session settings an engine must honour (time zone, search path, who is asking).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The user the session authenticated as.
+    pub user: String,
+    /// Schemas searched for unqualified table names, first one is the default.
+    pub search_path: Vec<String>,
+    /// The session time zone (`TimeZone`), e.g. `UTC` or `Europe/Paris`.
+    pub time_zone: String,
+    /// Every setting by lower-case name, for `current_setting()`.
+    pub values: BTreeMap<String, String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            user: "lakegate".into(),
+            search_path: vec!["public".into()],
+            time_zone: "UTC".into(),
+            values: BTreeMap::new(),
+        }
+    }
+}
+
+impl Settings {
+    /// The value of setting `name` (case-insensitive), if set.
+    pub fn get(&self, name: &str) -> Option<String> {
+        let name = name.to_ascii_lowercase();
+        match name.as_str() {
+            "timezone" => Some(self.time_zone.clone()),
+            "search_path" => Some(self.search_path.join(", ")),
+            _ => self.values.get(&name).cloned(),
+        }
+    }
+
+    /// The schema unqualified names resolve to.
+    pub fn default_schema(&self) -> &str {
+        self.search_path.first().map(String::as_str).unwrap_or("public")
+    }
+}
+
+/// One statement for an engine to run.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineRequest<'a> {
+    /// The parsed statement (a query).
+    pub statement: &'a Statement,
+    /// Values for `$n` placeholders, when the client bound any.
+    pub params: Option<&'a ParamValues>,
+    /// The table versions to read.
+    pub pins: &'a Pins,
+    /// The session's settings.
+    pub settings: &'a Settings,
+}
+
+/// What a statement needs and returns, known before it runs.
+#[derive(Debug, Clone)]
+pub struct Described {
+    /// The type of each `$n` placeholder, in order (`None` where it cannot be inferred).
+    pub param_types: Vec<Option<DataType>>,
+    /// The result's columns.
+    pub schema: SchemaRef,
+}
+
+/// A query engine that reads the lake.
+///
+/// Implementations must be cancel-safe: dropping the returned stream stops the query.
+#[async_trait]
+pub trait Engine: Debug + Send + Sync + 'static {
+    /// The engine's name in config and routing rules (`datafusion`, `duckdb`, ...).
+    fn name(&self) -> &str;
+
+    /// Plans the statement without running it: parameter types and result schema.
+    ///
+    /// # Errors
+    /// Planning errors (unknown column, type mismatch, unsupported SQL).
+    async fn describe(&self, request: EngineRequest<'_>) -> Result<Described>;
+
+    /// Runs the statement and streams its result batch by batch.
+    ///
+    /// # Errors
+    /// Planning and execution errors; errors met later arrive in the stream.
+    async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream>;
+
+    /// Whether the engine can take queries now.
+    ///
+    /// # Errors
+    /// When it cannot.
+    async fn health(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A shared engine.
+pub type EngineRef = Arc<dyn Engine>;

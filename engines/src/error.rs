@@ -1,0 +1,208 @@
+//! The crate's error type and [`ErrorKind`], the neutral classification that frontends map to
+//! SQLSTATEs (pgwire) or gRPC codes (Flight SQL).
+
+use datafusion::error::DataFusionError;
+
+/// What kind of failure an error is, independent of any wire protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The SQL text does not parse.
+    Syntax,
+    /// A table (or schema) the statement names does not exist.
+    UndefinedTable,
+    /// A column the statement names does not exist.
+    UndefinedColumn,
+    /// A cursor, prepared statement or setting that does not exist.
+    UndefinedObject,
+    /// A function that does not exist.
+    UndefinedFunction,
+    /// The statement is valid SQL but lakegate does not do it (writes, DDL, ...).
+    Unsupported,
+    /// Bad parameter or setting value supplied by the client.
+    InvalidParameter,
+    /// Operands of the wrong type.
+    DatatypeMismatch,
+    /// Bad data met while computing (division by zero, overflow, bad cast).
+    DataException,
+    /// The statement was cancelled by the client or a timeout.
+    Canceled,
+    /// A cursor named by FETCH / CLOSE / MOVE does not exist.
+    UndefinedCursor,
+    /// DECLARE of a cursor whose name is taken.
+    DuplicateCursor,
+    /// A statement in a transaction that already failed (only ROLLBACK is accepted).
+    TransactionAborted,
+    /// A setting that cannot be changed.
+    CantChangeSetting,
+    /// A catalog, storage or engine that is needed cannot be reached.
+    Unavailable,
+    /// A failure inside lakegate or an engine that the client cannot fix.
+    Internal,
+}
+
+/// Errors raised by the lake and the engines.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The catalog configuration is unusable.
+    #[error("invalid catalog setting `{setting}`: {reason}")]
+    InvalidCatalogConfig {
+        /// The setting's name, e.g. `catalog.uri`.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The catalog could not be reached or answered with an error.
+    #[error("catalog `{catalog}` is unavailable: {source}")]
+    CatalogUnavailable {
+        /// The catalog's name.
+        catalog: String,
+        /// The underlying error.
+        source: iceberg::Error,
+    },
+    /// The catalog's SQL database failed.
+    #[error("catalog database query failed: {0}")]
+    CatalogDatabase(#[from] sqlx::Error),
+    /// A table named by a statement does not exist in the catalog.
+    #[error("relation \"{name}\" does not exist")]
+    TableNotFound {
+        /// The table's name as the client wrote it.
+        name: String,
+    },
+    /// A schema (Iceberg namespace) named by a statement does not exist.
+    #[error("schema \"{name}\" does not exist")]
+    SchemaNotFound {
+        /// The schema's name.
+        name: String,
+    },
+    /// Iceberg failed to read table metadata or data.
+    #[error("iceberg: {0}")]
+    Iceberg(#[from] iceberg::Error),
+    /// DataFusion failed to plan or run the statement.
+    #[error("{}", datafusion_message(.0))]
+    DataFusion(#[from] DataFusionError),
+    /// The statement was cancelled (client cancel request or timeout).
+    #[error("canceling statement due to user request")]
+    Canceled,
+    /// The statement is not supported by this engine.
+    #[error("{what} is not supported")]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+    },
+}
+
+/// Short form of `Result` with this crate's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The neutral kind of this error, for frontends to map to their own codes.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidCatalogConfig { .. } => ErrorKind::InvalidParameter,
+            Self::CatalogUnavailable { .. } | Self::CatalogDatabase(_) => ErrorKind::Unavailable,
+            Self::TableNotFound { .. } | Self::SchemaNotFound { .. } => ErrorKind::UndefinedTable,
+            Self::Iceberg(e) => iceberg_kind(e),
+            Self::DataFusion(e) => datafusion_kind(e),
+            Self::Unsupported { .. } => ErrorKind::Unsupported,
+            Self::Canceled => ErrorKind::Canceled,
+        }
+    }
+}
+
+fn iceberg_kind(e: &iceberg::Error) -> ErrorKind {
+    match e.kind() {
+        iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound => {
+            ErrorKind::UndefinedTable
+        }
+        iceberg::ErrorKind::FeatureUnsupported => ErrorKind::Unsupported,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// Classifies a DataFusion error by its root cause.
+pub fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
+    use datafusion::common::SchemaError;
+    match e.find_root() {
+        DataFusionError::SQL(..) => ErrorKind::Syntax,
+        DataFusionError::SchemaError(SchemaError::FieldNotFound { .. }, _) => {
+            ErrorKind::UndefinedColumn
+        }
+        DataFusionError::SchemaError(..) => ErrorKind::Syntax,
+        DataFusionError::NotImplemented(_) => ErrorKind::Unsupported,
+        DataFusionError::Plan(msg) => plan_kind(msg),
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            arrow::error::ArrowError::DivideByZero
+            | arrow::error::ArrowError::CastError(_)
+            | arrow::error::ArrowError::ParseError(_)
+            | arrow::error::ArrowError::ArithmeticOverflow(_)
+            | arrow::error::ArrowError::ComputeError(_) => ErrorKind::DataException,
+            _ => ErrorKind::Internal,
+        },
+        DataFusionError::Execution(msg) if msg.contains("Cast error") => ErrorKind::DataException,
+        DataFusionError::Execution(msg) if msg.contains("Divide by zero") => {
+            ErrorKind::DataException
+        }
+        DataFusionError::External(ext) => {
+            if let Some(err) = ext.downcast_ref::<Error>() {
+                err.kind()
+            } else if let Some(err) = ext.downcast_ref::<iceberg::Error>() {
+                iceberg_kind(err)
+            } else {
+                ErrorKind::Internal
+            }
+        }
+        _ => ErrorKind::Internal,
+    }
+}
+
+fn plan_kind(msg: &str) -> ErrorKind {
+    if msg.contains("Invalid function") || msg.contains("Unknown function") {
+        ErrorKind::UndefinedFunction
+    } else if msg.contains("not found") && msg.contains("table") {
+        ErrorKind::UndefinedTable
+    } else if msg.contains("No field named") {
+        ErrorKind::UndefinedColumn
+    } else if msg.contains("Cannot infer common argument type")
+        || msg.contains("does not support")
+        || msg.contains("coercion")
+        || msg.contains("Failed to coerce")
+    {
+        ErrorKind::DatatypeMismatch
+    } else if msg.contains("Unsupported") || msg.contains("not supported") {
+        ErrorKind::Unsupported
+    } else {
+        ErrorKind::Syntax
+    }
+}
+
+/// DataFusion's messages carry prefixes ("Error during planning: ") and backtrace-like context;
+/// clients get the root message.
+fn datafusion_message(e: &DataFusionError) -> String {
+    let root = e.find_root();
+    let msg = match root {
+        DataFusionError::SQL(p, _) => p.to_string(),
+        DataFusionError::Plan(m)
+        | DataFusionError::Execution(m)
+        | DataFusionError::NotImplemented(m)
+        | DataFusionError::Internal(m) => m.clone(),
+        DataFusionError::SchemaError(s, _) => s.to_string(),
+        DataFusionError::External(ext) => ext.to_string(),
+        other => other.to_string(),
+    };
+    msg.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_messages_map_to_kinds() {
+        assert_eq!(plan_kind("Invalid function 'foo'"), ErrorKind::UndefinedFunction);
+        assert_eq!(plan_kind("table 'a.b.c' not found"), ErrorKind::UndefinedTable);
+        assert_eq!(
+            plan_kind("Cannot infer common argument type for comparison"),
+            ErrorKind::DatatypeMismatch
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! The lake: one Iceberg catalog, its namespaces and tables, and the version token of each table.
+//!
+//! lakegate reads a catalog it does not own. Every statement resolves the tables it reads to
+//! their *current* metadata location (the version token) with one cheap lookup, so a commit by
+//! any writer is visible to the very next query; parsed metadata is cached by location, so an
+//! unchanged table costs no metadata read.
+
+mod tokens;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use arrow::datatypes::SchemaRef;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::io::LocalFsStorageFactory;
+use iceberg::table::Table;
+use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+use iceberg_catalog_rest::{REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder};
+use iceberg_catalog_sql::{
+    SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE,
+    SqlCatalogBuilder,
+};
+use tracing::debug;
+
+use crate::error::{Error, Result};
+use tokens::TokenSource;
+
+/// Where the lake's catalog and warehouse are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LakeConfig {
+    /// `sqlite:///abs/catalog.db`, `postgresql://user@host:port/db` or `http(s)://…` (REST).
+    pub uri: String,
+    /// The catalog's name (the `catalog_name` column of a SQL catalog).
+    pub name: String,
+    /// The warehouse location, e.g. `file:///abs/warehouse`.
+    pub warehouse: String,
+    /// Extra catalog properties passed through to iceberg-rust.
+    pub props: BTreeMap<String, String>,
+}
+
+/// The kind of catalog a URI points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogKind {
+    /// The Iceberg SQL ("JDBC") catalog on a SQLite file.
+    Sqlite,
+    /// The Iceberg SQL ("JDBC") catalog on PostgreSQL.
+    Postgres,
+    /// The Iceberg REST catalog.
+    Rest,
+}
+
+impl LakeConfig {
+    /// Which kind of catalog `uri` names.
+    ///
+    /// # Errors
+    /// [`Error::InvalidCatalogConfig`] when the scheme is not one lakegate knows.
+    pub fn kind(&self) -> Result<CatalogKind> {
+        let scheme = self.uri.split(':').next().unwrap_or_default();
+        match scheme {
+            "sqlite" => Ok(CatalogKind::Sqlite),
+            "postgres" | "postgresql" => Ok(CatalogKind::Postgres),
+            "http" | "https" => Ok(CatalogKind::Rest),
+            _ => Err(Error::InvalidCatalogConfig {
+                setting: "catalog.uri",
+                reason: format!(
+                    "`{}` is not a catalog URI: use sqlite:///abs/path.db, postgresql://user@host:port/db or http(s)://host/ (REST)",
+                    self.uri
+                ),
+            }),
+        }
+    }
+
+    /// Checks the settings without connecting.
+    ///
+    /// # Errors
+    /// [`Error::InvalidCatalogConfig`] naming the first bad setting.
+    pub fn validate(&self) -> Result<()> {
+        let kind = self.kind()?;
+        if self.name.trim().is_empty() {
+            return Err(Error::InvalidCatalogConfig {
+                setting: "catalog.name",
+                reason: "must not be empty".into(),
+            });
+        }
+        if kind != CatalogKind::Rest && self.warehouse.trim().is_empty() {
+            return Err(Error::InvalidCatalogConfig {
+                setting: "catalog.warehouse",
+                reason: "a SQL catalog needs a warehouse location, e.g. file:///abs/warehouse"
+                    .into(),
+            });
+        }
+        if kind == CatalogKind::Sqlite {
+            let path = sqlite_path(&self.uri);
+            if !std::path::Path::new(path).exists() {
+                return Err(Error::InvalidCatalogConfig {
+                    setting: "catalog.uri",
+                    reason: format!("SQLite catalog file `{path}` does not exist"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The file path in a `sqlite://` URI (query string removed).
+pub fn sqlite_path(uri: &str) -> &str {
+    let rest = uri
+        .strip_prefix("sqlite://")
+        .or_else(|| uri.strip_prefix("sqlite:"))
+        .unwrap_or(uri);
+    rest.split('?').next().unwrap_or(rest)
+}
+
+/// A table resolved to one version: the metadata file that was current when it was resolved.
+#[derive(Debug, Clone)]
+pub struct ResolvedTable {
+    /// The table's identifier in the catalog.
+    pub ident: TableIdent,
+    /// The version token: the metadata file current at resolution.
+    pub metadata_location: String,
+    /// The current snapshot at that version (`None` for a table with no data yet).
+    pub snapshot_id: Option<i64>,
+    /// The loaded table (metadata and file IO).
+    pub table: Table,
+    /// The table's current schema as Arrow.
+    pub schema: SchemaRef,
+}
+
+/// The namespaces and table names of the catalog at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Directory {
+    /// Namespace (as a dotted name) → table names, both sorted.
+    pub schemas: BTreeMap<String, Vec<String>>,
+}
+
+/// A connected catalog.
+pub struct Lake {
+    config: LakeConfig,
+    catalog: Arc<dyn Catalog>,
+    tokens: TokenSource,
+    /// Parsed tables by metadata location: an unchanged table is never re-read.
+    loaded: Mutex<HashMap<String, ResolvedTable>>,
+}
+
+impl std::fmt::Debug for Lake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lake").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// How many parsed table versions to keep before the cache is cleared.
+const LOADED_CAPACITY: usize = 4096;
+
+impl Lake {
+    /// Connects to the catalog `config` names.
+    ///
+    /// # Errors
+    /// [`Error::InvalidCatalogConfig`] for bad settings, [`Error::CatalogUnavailable`] when the
+    /// catalog cannot be reached.
+    pub async fn connect(config: LakeConfig) -> Result<Self> {
+        config.validate()?;
+        let kind = config.kind()?;
+        let mut props: HashMap<String, String> =
+            config.props.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let unavailable = |source| Error::CatalogUnavailable { catalog: config.name.clone(), source };
+        let catalog: Arc<dyn Catalog> = match kind {
+            CatalogKind::Sqlite | CatalogKind::Postgres => {
+                props.insert(SQL_CATALOG_PROP_URI.into(), config.uri.clone());
+                props.insert(SQL_CATALOG_PROP_WAREHOUSE.into(), config.warehouse.clone());
+                let style = if kind == CatalogKind::Postgres { "DollarNumeric" } else { "QMark" };
+                props.insert(SQL_CATALOG_PROP_BIND_STYLE.into(), style.into());
+                let catalog = SqlCatalogBuilder::default()
+                    .with_storage_factory(Arc::new(LocalFsStorageFactory))
+                    .load(config.name.clone(), props)
+                    .await
+                    .map_err(unavailable)?;
+                Arc::new(catalog)
+            }
+            CatalogKind::Rest => {
+                props.insert(REST_CATALOG_PROP_URI.into(), config.uri.clone());
+                if !config.warehouse.is_empty() {
+                    props.insert(REST_CATALOG_PROP_WAREHOUSE.into(), config.warehouse.clone());
+                }
+                let catalog = RestCatalogBuilder::default()
+                    .with_storage_factory(Arc::new(LocalFsStorageFactory))
+                    .load(config.name.clone(), props)
+                    .await
+                    .map_err(unavailable)?;
+                Arc::new(catalog)
+            }
+        };
+        let tokens = TokenSource::connect(kind, &config).await?;
+        Ok(Self { config, catalog, tokens, loaded: Mutex::new(HashMap::new()) })
+    }
+
+    /// The catalog configuration this lake was connected with.
+    pub fn config(&self) -> &LakeConfig {
+        &self.config
+    }
+
+    /// The underlying iceberg-rust catalog.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// Lists every namespace and its tables, as they are now.
+    ///
+    /// # Errors
+    /// [`Error::CatalogUnavailable`] when the catalog fails.
+    pub async fn directory(&self) -> Result<Directory> {
+        let unavailable =
+            |source| Error::CatalogUnavailable { catalog: self.config.name.clone(), source };
+        let mut schemas = BTreeMap::new();
+        let namespaces = self.catalog.list_namespaces(None).await.map_err(unavailable)?;
+        for ns in namespaces {
+            let mut tables: Vec<String> = self
+                .catalog
+                .list_tables(&ns)
+                .await
+                .map_err(unavailable)?
+                .into_iter()
+                .map(|t| t.name().to_string())
+                .collect();
+            tables.sort();
+            schemas.insert(ns.join("."), tables);
+        }
+        Ok(Directory { schemas })
+    }
+
+    /// Resolves `schema.table` to its current version.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`] when there is no such table; catalog and metadata errors.
+    pub async fn resolve(&self, schema: &str, table: &str) -> Result<ResolvedTable> {
+        let ident = TableIdent::new(namespace_ident(schema), table.to_string());
+        let not_found = || Error::TableNotFound { name: format!("{schema}.{table}") };
+        let location = match self.tokens.lookup(&self.catalog, &ident).await? {
+            Some(location) => location,
+            None => return Err(not_found()),
+        };
+        if let Some(hit) = self.cached(&location) {
+            return Ok(hit);
+        }
+        debug!(table = %ident, location = %location, "loading table metadata");
+        let loaded = match self.catalog.load_table(&ident).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Err(not_found()),
+            Err(e) => return Err(e.into()),
+        };
+        let resolved = Self::to_resolved(ident, loaded)?;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if loaded.len() >= LOADED_CAPACITY {
+            loaded.clear();
+        }
+        loaded.insert(resolved.metadata_location.clone(), resolved.clone());
+        Ok(resolved)
+    }
+
+    fn cached(&self, location: &str) -> Option<ResolvedTable> {
+        let loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        loaded.get(location).cloned()
+    }
+
+    fn to_resolved(ident: TableIdent, table: Table) -> Result<ResolvedTable> {
+        let metadata_location = table.metadata_location().unwrap_or_default().to_string();
+        let snapshot_id = table.metadata().current_snapshot_id();
+        let schema = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
+        Ok(ResolvedTable { ident, metadata_location, snapshot_id, table, schema })
+    }
+}
+
+/// A dotted schema name as an Iceberg namespace (`a.b` → `["a", "b"]`).
+pub fn namespace_ident(schema: &str) -> NamespaceIdent {
+    let parts: Vec<String> = schema.split('.').map(str::to_string).collect();
+    NamespaceIdent::from_vec(parts).unwrap_or_else(|_| NamespaceIdent::new(schema.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(uri: &str) -> LakeConfig {
+        LakeConfig {
+            uri: uri.into(),
+            name: "lake".into(),
+            warehouse: "file:///tmp/w".into(),
+            props: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn catalog_kind_follows_the_uri_scheme() {
+        assert_eq!(cfg("sqlite:///a.db").kind().ok(), Some(CatalogKind::Sqlite));
+        assert_eq!(cfg("postgresql://u@h:1/d").kind().ok(), Some(CatalogKind::Postgres));
+        assert_eq!(cfg("http://h:8181").kind().ok(), Some(CatalogKind::Rest));
+        let err = cfg("mysql://x").kind().expect_err("mysql is not a catalog");
+        assert!(err.to_string().contains("catalog.uri"), "{err}");
+    }
+
+    #[test]
+    fn missing_sqlite_file_names_the_setting() {
+        let err = cfg("sqlite:///nonexistent/dir/c.db").validate().expect_err("missing file");
+        assert!(err.to_string().contains("catalog.uri"), "{err}");
+        assert!(err.to_string().contains("/nonexistent/dir/c.db"), "{err}");
+    }
+
+    #[test]
+    fn sqlite_path_strips_scheme_and_query() {
+        assert_eq!(sqlite_path("sqlite:///abs/c.db?mode=rwc"), "/abs/c.db");
+        assert_eq!(sqlite_path("sqlite:rel.db"), "rel.db");
+    }
+}

@@ -1,0 +1,179 @@
+//! `pg_catalog` over the lake, so BI tools can list schemas, tables and columns.
+//!
+//! The emulation itself comes from `datafusion-pg-catalog` (pg_class, pg_namespace,
+//! pg_attribute, pg_type, ... and functions like `format_type`); this module feeds it the
+//! lake's namespaces and tables and adds the session functions whose answers depend on the
+//! connection (`current_database()`, `current_schema()`, `current_setting()`, `version()`).
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, StringArray};
+use arrow::datatypes::{DataType, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::SchemaProvider;
+use datafusion::datasource::TableType;
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
+use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
+
+use crate::engine::Settings;
+use crate::lake::Lake;
+
+/// The server version string reported by `version()`; clients parse "PostgreSQL N.M".
+pub fn version_string() -> String {
+    format!(
+        "PostgreSQL 16.6 (lakegate {}) on {}-linux, compiled by rustc, 64-bit",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH
+    )
+}
+
+/// Schemas every database has besides the lake's namespaces.
+pub const SYSTEM_SCHEMAS: [&str; 2] = ["pg_catalog", "information_schema"];
+
+/// The lake as `datafusion-pg-catalog` sees it: one database whose schemas are namespaces.
+#[derive(Debug, Clone)]
+pub struct LakeCatalogInfo {
+    lake: Arc<Lake>,
+    database: String,
+}
+
+impl LakeCatalogInfo {
+    /// Presents `lake` as the database `database`.
+    pub fn new(lake: Arc<Lake>, database: String) -> Self {
+        Self { lake, database }
+    }
+}
+
+fn ext(e: crate::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+#[async_trait]
+impl CatalogInfo for LakeCatalogInfo {
+    async fn catalog_names(&self) -> Result<Vec<String>, DataFusionError> {
+        Ok(vec![self.database.clone()])
+    }
+
+    async fn schema_names(&self, catalog: &str) -> Result<Option<Vec<String>>, DataFusionError> {
+        if catalog != self.database {
+            return Ok(None);
+        }
+        let dir = self.lake.directory().await.map_err(ext)?;
+        let mut names: Vec<String> = dir.schemas.keys().cloned().collect();
+        names.extend(SYSTEM_SCHEMAS.iter().map(|s| s.to_string()));
+        Ok(Some(names))
+    }
+
+    async fn table_names(
+        &self,
+        catalog: &str,
+        schema: &str,
+    ) -> Result<Option<Vec<String>>, DataFusionError> {
+        if catalog != self.database || SYSTEM_SCHEMAS.contains(&schema) {
+            return Ok(None);
+        }
+        let dir = self.lake.directory().await.map_err(ext)?;
+        Ok(dir.schemas.get(schema).cloned())
+    }
+
+    async fn table_schema(
+        &self,
+        catalog: &str,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<SchemaRef>, DataFusionError> {
+        if catalog != self.database || SYSTEM_SCHEMAS.contains(&schema) {
+            return Ok(None);
+        }
+        match self.lake.resolve(schema, table).await {
+            Ok(t) => Ok(Some(t.schema)),
+            Err(crate::Error::TableNotFound { .. }) => Ok(None),
+            Err(e) => Err(ext(e)),
+        }
+    }
+
+    async fn table_type(
+        &self,
+        catalog: &str,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<TableType>, DataFusionError> {
+        Ok(self.table_schema(catalog, schema, table).await?.map(|_| TableType::Base))
+    }
+}
+
+/// Builds the shared `pg_catalog` schema. One instance serves every query so that the OIDs it
+/// hands out stay stable across statements (psql and asyncpg look tables up by OID).
+///
+/// # Errors
+/// When the static catalog tables bundled with `datafusion-pg-catalog` fail to load.
+pub fn pg_catalog_schema(
+    lake: Arc<Lake>,
+    database: String,
+) -> Result<Arc<dyn SchemaProvider>, DataFusionError> {
+    let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
+    let provider = PgCatalogSchemaProvider::try_new(
+        LakeCatalogInfo::new(lake, database),
+        static_tables,
+        EmptyContextProvider,
+    )?;
+    Ok(Arc::new(provider))
+}
+
+fn constant_text_udf(name: &str, value: String, volatility: Volatility) -> ScalarUDF {
+    let func = move |_args: &[ColumnarValue]| {
+        Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Utf8(Some(value.clone()))))
+    };
+    create_udf(name, vec![], DataType::Utf8, volatility, Arc::new(func))
+}
+
+/// Functions whose answer depends on the session: registered per statement.
+pub fn session_udfs(database: &str, settings: &Settings) -> Vec<ScalarUDF> {
+    let schema = settings.search_path.first().cloned().unwrap_or_else(|| "public".to_string());
+    let settings_for_lookup = settings.clone();
+    let current_setting = move |args: &[ColumnarValue]| {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let names = arrays
+            .first()
+            .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+            .ok_or_else(|| {
+                DataFusionError::Plan("current_setting() takes a setting name".to_string())
+            })?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names.iter() {
+            let value = match name {
+                None => None,
+                Some(n) => match settings_for_lookup.get(n) {
+                    Some(v) => Some(v),
+                    None => {
+                        return Err(DataFusionError::Plan(format!(
+                            "unrecognized configuration parameter \"{n}\""
+                        )));
+                    }
+                },
+            };
+            out.push(value);
+        }
+        let array: ArrayRef = Arc::new(StringArray::from(out));
+        Ok(ColumnarValue::Array(array))
+    };
+    vec![
+        constant_text_udf("version", version_string(), Volatility::Immutable),
+        constant_text_udf("current_database", database.to_string(), Volatility::Stable),
+        constant_text_udf("current_catalog", database.to_string(), Volatility::Stable),
+        constant_text_udf("current_schema", schema, Volatility::Stable),
+        constant_text_udf("current_user", settings.user.clone(), Volatility::Stable),
+        constant_text_udf("session_user", settings.user.clone(), Volatility::Stable),
+        constant_text_udf("user", settings.user.clone(), Volatility::Stable),
+        create_udf(
+            "current_setting",
+            vec![DataType::Utf8],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(current_setting),
+        ),
+    ]
+}

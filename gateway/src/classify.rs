@@ -1,0 +1,141 @@
+//! Statement classification from the sqlparser AST (never string matching): what kind of
+//! statement it is and which lake tables it reads.
+
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+use lakegate_engines::system_catalog::SYSTEM_SCHEMAS;
+
+use crate::error::Result;
+
+/// What a statement asks the gateway to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatementKind {
+    /// A read: SELECT, WITH, VALUES, TABLE, EXPLAIN of a read.
+    Query,
+    /// `SET`, `SHOW`, `RESET`, `DISCARD`: session settings.
+    Session,
+    /// `BEGIN`, `COMMIT`, `ROLLBACK`.
+    Transaction,
+    /// `DECLARE … CURSOR`, `FETCH`, `CLOSE`.
+    Cursor,
+    /// A statement that writes or changes the lake (refused: lakegate is read-only).
+    Write(&'static str),
+    /// Anything else lakegate does not run.
+    Other,
+}
+
+/// Classifies a statement.
+pub fn kind(statement: &Statement) -> StatementKind {
+    use Statement as S;
+    match statement {
+        S::Query(_) => StatementKind::Query,
+        S::Explain { statement, .. } => match kind(statement) {
+            StatementKind::Query => StatementKind::Query,
+            _ => StatementKind::Other,
+        },
+        S::Set(_) | S::ShowVariable { .. } | S::Reset(_) | S::Discard { .. } => {
+            StatementKind::Session
+        }
+        S::StartTransaction { .. } | S::Commit { .. } | S::Rollback { .. } => {
+            StatementKind::Transaction
+        }
+        S::Declare { .. } | S::Fetch { .. } | S::Close { .. } => StatementKind::Cursor,
+        S::Insert(_) => StatementKind::Write("INSERT"),
+        S::Update(_) => StatementKind::Write("UPDATE"),
+        S::Delete(_) => StatementKind::Write("DELETE"),
+        S::Merge { .. } => StatementKind::Write("MERGE"),
+        S::Copy { .. } => StatementKind::Write("COPY"),
+        S::Truncate { .. } => StatementKind::Write("TRUNCATE"),
+        S::CreateTable(_) | S::CreateView { .. } | S::CreateSchema { .. } | S::CreateIndex(_) => {
+            StatementKind::Write("CREATE")
+        }
+        S::Drop { .. } => StatementKind::Write("DROP"),
+        S::AlterTable { .. } => StatementKind::Write("ALTER"),
+        S::Grant { .. } | S::Revoke { .. } => StatementKind::Write("GRANT/REVOKE"),
+        _ => StatementKind::Other,
+    }
+}
+
+/// A lake table a statement reads: `(schema, table)`, lower-cased unless quoted.
+pub type TableName = (String, String);
+
+/// The lake tables `statement` reads (CTE names and system schemas excluded), with
+/// unqualified names put in `default_schema`.
+///
+/// # Errors
+/// When DataFusion's reference resolver rejects the statement.
+pub fn lake_tables(statement: &Statement, default_schema: &str) -> Result<Vec<TableName>> {
+    let (refs, _ctes) = datafusion::sql::resolve::resolve_table_references(
+        &DfStatement::Statement(Box::new(statement.clone())),
+        true,
+    )
+    .map_err(lakegate_engines::Error::from)?;
+    let mut out: Vec<TableName> = Vec::new();
+    for r in refs {
+        let schema = r.schema().unwrap_or(default_schema).to_string();
+        let table = r.table().to_string();
+        if SYSTEM_SCHEMAS.contains(&schema.as_str())
+            || (r.schema().is_none() && table.starts_with("pg_"))
+        {
+            continue;
+        }
+        if !out.contains(&(schema.clone(), table.clone())) {
+            out.push((schema, table));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn parse(sql: &str) -> Statement {
+        Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("valid SQL").remove(0)
+    }
+
+    #[test]
+    fn kinds_of_statements() {
+        let cases = [
+            ("SELECT 1", StatementKind::Query),
+            ("WITH a AS (SELECT 1) SELECT * FROM a", StatementKind::Query),
+            ("EXPLAIN SELECT 1", StatementKind::Query),
+            ("SET TimeZone = 'UTC'", StatementKind::Session),
+            ("SHOW search_path", StatementKind::Session),
+            ("BEGIN", StatementKind::Transaction),
+            ("FETCH 10 FROM c", StatementKind::Cursor),
+            ("INSERT INTO t VALUES (1)", StatementKind::Write("INSERT")),
+            ("CREATE TABLE t (a int)", StatementKind::Write("CREATE")),
+            ("DELETE FROM t", StatementKind::Write("DELETE")),
+        ];
+        for (sql, want) in cases {
+            assert_eq!(kind(&parse(sql)), want, "{sql}");
+        }
+    }
+
+    #[test]
+    fn tables_exclude_ctes_and_system_schemas() {
+        let s = parse(
+            "WITH recent AS (SELECT * FROM orders WHERE ts > now()) \
+             SELECT * FROM recent JOIN sales.customers c ON true, pg_catalog.pg_class",
+        );
+        let t = lake_tables(&s, "public").expect("resolves");
+        assert_eq!(
+            t,
+            vec![
+                ("public".to_string(), "orders".to_string()),
+                ("sales".to_string(), "customers".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn quoted_names_keep_their_case() {
+        let s = parse("SELECT * FROM \"Mixed\".\"Case\", plain");
+        let t = lake_tables(&s, "public").expect("resolves");
+        assert!(t.contains(&("Mixed".to_string(), "Case".to_string())), "{t:?}");
+        assert!(t.contains(&("public".to_string(), "plain".to_string())), "{t:?}");
+    }
+}

@@ -1,0 +1,262 @@
+//! Configuration: a TOML file (`lakegate serve --config lakegate.toml`) with every connection
+//! setting overridable by a command-line flag. Unknown keys are errors; defaults are the
+//! documented ones (see `README.md`, "Configuration reference").
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use lakegate_engines::LakeConfig;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The Iceberg catalog lakegate reads.
+    pub catalog: CatalogConfig,
+    /// The Postgres wire protocol endpoint.
+    pub pg: PgConfig,
+    /// The embedded DataFusion engine.
+    pub datafusion: DataFusionConfig,
+}
+
+/// `[catalog]`: where the lake is.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CatalogConfig {
+    /// `sqlite:///abs/catalog.db`, `postgresql://user@host:port/db` or `http(s)://…` (REST).
+    pub uri: String,
+    /// The catalog's name in the SQL catalog tables (default `lake`).
+    pub name: String,
+    /// The warehouse location, e.g. `file:///abs/warehouse`.
+    pub warehouse: String,
+    /// Extra properties passed to the iceberg-rust catalog.
+    pub props: BTreeMap<String, String>,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        Self {
+            uri: String::new(),
+            name: "lake".into(),
+            warehouse: String::new(),
+            props: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[pg]`: the Postgres wire endpoint.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PgConfig {
+    /// Address to listen on (default `127.0.0.1:5433`).
+    pub listen: String,
+    /// The database name clients see (default `lakegate`); any name is accepted at connect.
+    pub database: String,
+    /// The schema unqualified table names resolve to (default `public`).
+    pub default_schema: String,
+}
+
+impl Default for PgConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:5433".into(),
+            database: "lakegate".into(),
+            default_schema: "public".into(),
+        }
+    }
+}
+
+/// `[datafusion]`: the embedded engine.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataFusionConfig {
+    /// Threads per query (default: the number of cores).
+    pub target_partitions: usize,
+    /// Rows per batch (default 8192).
+    pub batch_size: usize,
+}
+
+impl Default for DataFusionConfig {
+    fn default() -> Self {
+        Self {
+            target_partitions: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            batch_size: 8192,
+        }
+    }
+}
+
+/// Command-line overrides; `None` keeps the file's (or the default) value.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--catalog-uri`
+    pub catalog_uri: Option<String>,
+    /// `--catalog-name`
+    pub catalog_name: Option<String>,
+    /// `--warehouse`
+    pub warehouse: Option<String>,
+    /// `--pg-listen`
+    pub pg_listen: Option<String>,
+}
+
+impl Config {
+    /// Reads `path` (or starts from defaults when `None`), applies `overrides`, validates.
+    ///
+    /// # Errors
+    /// [`Error::ConfigFile`] when the file cannot be read or parsed (unknown keys included),
+    /// [`Error::Config`] naming the first invalid setting.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Self> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| Error::ConfigFile {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+                Self::from_toml(&text).map_err(|reason| Error::ConfigFile {
+                    path: path.display().to_string(),
+                    reason,
+                })?
+            }
+            None => Self::default(),
+        };
+        config.apply(overrides);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text.
+    ///
+    /// # Errors
+    /// The parser's message, which names the offending key.
+    pub fn from_toml(text: &str) -> std::result::Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Applies command-line overrides.
+    pub fn apply(&mut self, o: &Overrides) {
+        if let Some(v) = &o.catalog_uri {
+            self.catalog.uri = v.clone();
+        }
+        if let Some(v) = &o.catalog_name {
+            self.catalog.name = v.clone();
+        }
+        if let Some(v) = &o.warehouse {
+            self.catalog.warehouse = v.clone();
+        }
+        if let Some(v) = &o.pg_listen {
+            self.pg.listen = v.clone();
+        }
+    }
+
+    /// Checks every setting that can be checked without connecting.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the setting and its flag.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |setting: &str, reason: String| Error::Config { setting: setting.into(), reason };
+        if self.catalog.uri.trim().is_empty() {
+            return Err(bad(
+                "catalog.uri",
+                "not set: pass --catalog-uri (e.g. sqlite:///abs/catalog.db) or set [catalog] uri"
+                    .into(),
+            ));
+        }
+        self.lake().validate().map_err(|e| match e {
+            lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => {
+                bad(setting, reason)
+            }
+            other => bad("catalog", other.to_string()),
+        })?;
+        if let Some(path) = self.catalog.warehouse.strip_prefix("file://")
+            && !path.starts_with('/')
+        {
+            return Err(bad(
+                "catalog.warehouse",
+                format!("`{}` must be an absolute file:/// URI", self.catalog.warehouse),
+            ));
+        }
+        self.pg_listen_addr()?;
+        if self.pg.database.trim().is_empty() {
+            return Err(bad("pg.database", "must not be empty".into()));
+        }
+        if self.datafusion.batch_size == 0 {
+            return Err(bad("datafusion.batch_size", "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The pg listen address, parsed.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for `pg.listen` when it is not `host:port`.
+    pub fn pg_listen_addr(&self) -> Result<SocketAddr> {
+        self.pg.listen.parse().map_err(|_| Error::Config {
+            setting: "pg.listen".into(),
+            reason: format!(
+                "`{}` is not an address: use IP:PORT, e.g. 127.0.0.1:5433 (flag --pg-listen)",
+                self.pg.listen
+            ),
+        })
+    }
+
+    /// The lake connection settings.
+    pub fn lake(&self) -> LakeConfig {
+        LakeConfig {
+            uri: self.catalog.uri.clone(),
+            name: self.catalog.name.clone(),
+            warehouse: self.catalog.warehouse.clone(),
+            props: self.catalog.props.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let err = Config::from_toml("[catalog]\nurl = \"x\"\n").expect_err("typo must fail");
+        assert!(err.contains("url"), "{err}");
+    }
+
+    #[test]
+    fn defaults_match_the_documentation() {
+        let c = Config::from_toml("").expect("empty config parses");
+        assert_eq!(c.pg.listen, "127.0.0.1:5433");
+        assert_eq!(c.catalog.name, "lake");
+        assert_eq!(c.pg.database, "lakegate");
+        assert_eq!(c.pg.default_schema, "public");
+    }
+
+    #[test]
+    fn flags_override_the_file_and_bad_values_name_the_setting() {
+        let mut c = Config::from_toml("[pg]\nlisten = \"127.0.0.1:1\"\n").expect("parses");
+        c.apply(&Overrides { pg_listen: Some("nonsense".into()), ..Default::default() });
+        assert_eq!(c.pg.listen, "nonsense");
+        let err = c.pg_listen_addr().expect_err("bad address");
+        assert!(err.to_string().contains("pg.listen"), "{err}");
+
+        let missing = Config::default().validate().expect_err("no catalog uri");
+        assert!(missing.to_string().contains("catalog.uri"), "{missing}");
+        assert!(missing.to_string().contains("--catalog-uri"), "{missing}");
+    }
+
+    #[test]
+    fn relative_warehouse_is_rejected() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("c.db");
+        std::fs::write(&db, b"").expect("touch");
+        let mut c = Config::default();
+        c.apply(&Overrides {
+            catalog_uri: Some(format!("sqlite://{}", db.display())),
+            warehouse: Some("file://relative/w".into()),
+            ..Default::default()
+        });
+        let err = c.validate().expect_err("relative warehouse");
+        assert!(err.to_string().contains("catalog.warehouse"), "{err}");
+    }
+}

@@ -1,0 +1,109 @@
+//! The gateway's error type. Frontends map [`Error::kind`] to their own codes.
+
+use lakegate_engines::ErrorKind;
+
+/// Errors raised by the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A configuration setting is missing or wrong.
+    #[error("invalid setting `{setting}`: {reason}")]
+    Config {
+        /// The setting's name as written in the config file (`catalog.uri`, `pg.listen`).
+        setting: String,
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+    /// The config file cannot be read or parsed.
+    #[error("cannot load config file `{path}`: {reason}")]
+    ConfigFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} (`{setting}`): {source}")]
+    Bind {
+        /// The setting that named the address.
+        setting: &'static str,
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The SQL text does not parse.
+    #[error("{message}")]
+    Syntax {
+        /// The parser's message.
+        message: String,
+    },
+    /// The statement is valid SQL that lakegate does not run.
+    #[error("{what}")]
+    Unsupported {
+        /// What was refused and why.
+        what: String,
+    },
+    /// `SET`/`SHOW`/`RESET` of a setting that does not exist.
+    #[error("unrecognized configuration parameter \"{name}\"")]
+    UnknownSetting {
+        /// The setting's name.
+        name: String,
+    },
+    /// `SET` of a read-only setting.
+    #[error("parameter \"{name}\" cannot be changed")]
+    ReadOnlySetting {
+        /// The setting's name.
+        name: String,
+    },
+    /// `SET` with a value the setting does not accept.
+    #[error("invalid value for parameter \"{name}\": \"{value}\" ({reason})")]
+    InvalidSetting {
+        /// The setting's name.
+        name: String,
+        /// The rejected value.
+        value: String,
+        /// What values are accepted.
+        reason: String,
+    },
+    /// `FETCH`/`CLOSE` of a cursor that does not exist.
+    #[error("cursor \"{name}\" does not exist")]
+    CursorNotFound {
+        /// The cursor's name.
+        name: String,
+    },
+    /// `DECLARE` of a cursor whose name is taken.
+    #[error("cursor \"{name}\" already exists")]
+    DuplicateCursor {
+        /// The cursor's name.
+        name: String,
+    },
+    /// The statement was cancelled.
+    #[error("canceling statement due to user request")]
+    Canceled,
+    /// The lake or an engine failed.
+    #[error(transparent)]
+    Engine(#[from] lakegate_engines::Error),
+}
+
+/// Short form of `Result` with the gateway's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The neutral kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Config { .. } | Self::ConfigFile { .. } | Self::InvalidSetting { .. } => {
+                ErrorKind::InvalidParameter
+            }
+            Self::Bind { .. } => ErrorKind::Unavailable,
+            Self::Syntax { .. } => ErrorKind::Syntax,
+            Self::Unsupported { .. } => ErrorKind::Unsupported,
+            Self::UnknownSetting { .. } => ErrorKind::UndefinedObject,
+            Self::ReadOnlySetting { .. } => ErrorKind::CantChangeSetting,
+            Self::CursorNotFound { .. } => ErrorKind::UndefinedCursor,
+            Self::DuplicateCursor { .. } => ErrorKind::DuplicateCursor,
+            Self::Canceled => ErrorKind::Canceled,
+            Self::Engine(e) => e.kind(),
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Frontends: thin translators between a wire protocol and the [`crate::service::GatewayService`].
+
+pub mod pg;

@@ -1,0 +1,72 @@
+//! Arrow → Postgres wire: result descriptions and data rows (text or binary per column), via
+//! `arrow-pg`, batch by batch so results stream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::Schema;
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use tokio_util::sync::CancellationToken;
+use futures::{StreamExt, stream};
+use pgwire::api::portal::Format;
+use pgwire::api::results::{FieldInfo, QueryResponse};
+use pgwire::error::PgWireResult;
+use pgwire::messages::data::DataRow;
+use pgwire::types::format::FormatOptions;
+
+use super::handler::to_pg_error;
+use crate::error::Error;
+use crate::session::Session;
+
+/// Text formatting options (DateStyle, TimeZone, extra_float_digits, ...) from the session.
+pub(crate) fn format_options(session: &Session) -> Arc<FormatOptions> {
+    let values: HashMap<String, String> =
+        session.values().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut options = FormatOptions::from_client_metadata(&values);
+    if let Some(tz) = values.get("timezone") {
+        options.time_zone = tz.clone();
+    }
+    Arc::new(options)
+}
+
+/// Column descriptions for a result schema.
+pub(crate) fn fields(
+    schema: &Schema,
+    format: &Format,
+    options: Arc<FormatOptions>,
+) -> PgWireResult<Vec<FieldInfo>> {
+    arrow_schema_to_pg_fields(schema, format, Some(options))
+}
+
+/// A streaming query response: each Arrow batch becomes data rows as it arrives.
+pub(crate) fn query_response(
+    stream: SendableRecordBatchStream,
+    tag: &str,
+    format: &Format,
+    options: Arc<FormatOptions>,
+    cancel: CancellationToken,
+) -> PgWireResult<QueryResponse> {
+    let fields = Arc::new(fields(&stream.schema(), format, options)?);
+    // A cancel request drops the engine's stream (stopping the query) and ends the rows
+    // with 57014.
+    let cancelled = cancel.clone();
+    let tail = stream::once(async move { cancelled.is_cancelled() }).filter_map(|c| async move {
+        c.then(|| Err(DataFusionError::External(Box::new(lakegate_engines::Error::Canceled))))
+    });
+    let stream = stream.take_until(cancel.cancelled_owned()).chain(tail);
+    let row_fields = fields.clone();
+    let rows = stream
+        .map(move |batch| {
+            let rows: Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> = match batch {
+                Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+                Err(e) => Box::new(std::iter::once(Err(to_pg_error(&Error::Engine(e.into()))))),
+            };
+            stream::iter(rows)
+        })
+        .flatten();
+    let mut response = QueryResponse::new(fields, rows);
+    response.set_command_tag(tag);
+    Ok(response)
+}

@@ -1,0 +1,447 @@
+//! pgwire handlers: startup (session creation, ParameterStatus), simple and extended query.
+//! They translate protocol messages to [`GatewayService`] calls and results back; nothing about
+//! planning lives here.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::{Sink, SinkExt};
+use lakegate_engines::engine::Described;
+use lakegate_engines::ErrorKind;
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, Response, Tag};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionManager, ErrorHandler, PgWireServerHandlers, Type,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::startup::ParameterStatus;
+use tokio::sync::Mutex;
+use tracing::debug;
+
+use super::cancel::{Cancels, PgCancel, QueryCancel};
+use super::encode::{fields, format_options, query_response};
+use super::sqlstate::sqlstate;
+use crate::error::Error;
+use crate::service::{GatewayService, QueryOutput, TransactionEffect};
+use crate::session::{SERVER_VERSION, Session, reported_name};
+
+/// The connection's session, kept in pgwire's per-connection extensions.
+type SessionCell = Mutex<Session>;
+
+/// Maps a gateway error to a Postgres ErrorResponse with its SQLSTATE.
+pub(crate) fn to_pg_error(e: &Error) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_string(),
+        sqlstate(e.kind()).to_string(),
+        e.to_string(),
+    )))
+}
+
+fn pg_error(e: Error) -> PgWireError {
+    to_pg_error(&e)
+}
+
+fn aborted() -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".into(),
+        sqlstate(ErrorKind::TransactionAborted).into(),
+        "current transaction is aborted, commands ignored until end of transaction block".into(),
+    )))
+}
+
+/// Whether a statement may run in a failed transaction (only ending it may).
+fn ends_transaction(statement: &Statement) -> bool {
+    matches!(statement, Statement::Rollback { .. } | Statement::Commit { .. })
+}
+
+/// The pgwire handler set for one gateway.
+pub struct PgHandlers {
+    query: Arc<PgQueryHandler>,
+    startup: Arc<PgStartup>,
+    cancel: Arc<PgCancel>,
+}
+
+impl PgHandlers {
+    /// Handlers over `service`; `default_schema` seeds each session's `search_path`.
+    pub fn new(service: Arc<GatewayService>, default_schema: String) -> Self {
+        let connections = Arc::new(ConnectionManager::new());
+        let cancels = Arc::new(Cancels::default());
+        Self {
+            query: Arc::new(PgQueryHandler {
+                service: service.clone(),
+                parser: Arc::new(PgParser { service }),
+            }),
+            startup: Arc::new(PgStartup {
+                connections: connections.clone(),
+                cancels: cancels.clone(),
+                default_schema,
+            }),
+            cancel: Arc::new(PgCancel { cancels, manager: connections }),
+        }
+    }
+}
+
+impl PgWireServerHandlers for PgHandlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.query.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.query.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.startup.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.cancel.clone()
+    }
+
+    fn error_handler(&self) -> Arc<impl ErrorHandler> {
+        Arc::new(LogErrors)
+    }
+}
+
+struct LogErrors;
+
+impl ErrorHandler for LogErrors {
+    fn on_error<C: ClientInfo>(&self, _client: &C, error: &mut PgWireError) {
+        debug!(error = %error, "statement failed");
+    }
+}
+
+/// Startup: creates the session from the startup parameters and reports settings.
+pub struct PgStartup {
+    connections: Arc<ConnectionManager>,
+    cancels: Arc<Cancels>,
+    default_schema: String,
+}
+
+/// Startup parameters that are connection facts, not settings.
+const NOT_SETTINGS: [&str; 4] = ["user", "database", "options", "replication"];
+
+/// `-c name=value` / `--name=value` pairs from the `options` startup parameter.
+pub(crate) fn parse_options(options: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut words = options.split_whitespace();
+    while let Some(w) = words.next() {
+        let pair = if w == "-c" {
+            words.next()
+        } else if let Some(rest) = w.strip_prefix("-c") {
+            Some(rest)
+        } else {
+            w.strip_prefix("--")
+        };
+        if let Some((k, v)) = pair.and_then(|p| p.split_once('=')) {
+            out.push((k.replace('-', "_"), v.to_string()));
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl NoopStartupHandler for PgStartup {
+    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
+        Some(self.connections.clone())
+    }
+
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: pgwire::messages::PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let metadata = client.metadata().clone();
+        let user = metadata.get("user").cloned().unwrap_or_else(|| "lakegate".into());
+        let mut startup: Vec<(String, String)> = metadata
+            .iter()
+            .filter(|(k, _)| !NOT_SETTINGS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Some(options) = metadata.get("options") {
+            startup.extend(parse_options(options));
+        }
+        let mut session = Session::new(&user, &self.default_schema);
+        session.apply_startup(&startup).map_err(|e| {
+            PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".into(),
+                sqlstate(e.kind()).into(),
+                e.to_string(),
+            )))
+        })?;
+        let mut report: Vec<(String, String)> = vec![
+            ("server_version".into(), format!("{SERVER_VERSION} (lakegate {})", env!("CARGO_PKG_VERSION"))),
+            ("is_superuser".into(), "off".into()),
+        ];
+        for (name, value) in session.values() {
+            if let Some(reported) = reported_name(name) {
+                report.push((reported.to_string(), value.clone()));
+            }
+        }
+        for (name, value) in report {
+            client.feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name, value))).await?;
+        }
+        client.session_extensions().insert::<SessionCell>(Mutex::new(session));
+        let (pid, secret) = client.pid_and_secret_key();
+        let cancel = self.cancels.register(pid, secret);
+        client.session_extensions().insert::<Arc<QueryCancel>>(cancel);
+        Ok(())
+    }
+}
+
+fn session_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<SessionCell> {
+    client.session_extensions().get_or_insert_with(|| Mutex::new(Session::new("lakegate", "public")))
+}
+
+/// A statement prepared by Parse: its SQL, AST and description.
+#[derive(Debug, Clone)]
+pub struct PgStatement {
+    statement: Option<Statement>,
+    described: Option<Described>,
+}
+
+/// Parses and describes statements for the extended protocol.
+pub struct PgParser {
+    service: Arc<GatewayService>,
+}
+
+#[async_trait]
+impl QueryParser for PgParser {
+    type Statement = PgStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Self::Statement>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = self.service.parse(sql).map_err(pg_error)?;
+        if statements.len() > 1 {
+            return Err(to_pg_error(&Error::Syntax {
+                message: "cannot insert multiple commands into a prepared statement".into(),
+            }));
+        }
+        let Some(statement) = statements.pop() else {
+            return Ok(PgStatement { statement: None, described: None });
+        };
+        let session = session_of(client);
+        let described = if client.transaction_status() == TransactionStatus::Error {
+            None
+        } else {
+            let mut session = session.lock().await;
+            self.service.describe(&statement, &mut session).await.map_err(pg_error)?
+        };
+        Ok(PgStatement { statement: Some(statement), described })
+    }
+
+    fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        let Some(described) = &stmt.described else { return Ok(vec![]) };
+        described
+            .param_types
+            .iter()
+            .map(|t| match t {
+                Some(t) => arrow_pg::datatypes::into_pg_type(t),
+                None => Ok(Type::UNKNOWN),
+            })
+            .collect()
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match &stmt.described {
+            Some(d) => fields(
+                &d.schema,
+                column_format.unwrap_or(&Format::UnifiedText),
+                Arc::new(pgwire::types::format::FormatOptions::default()),
+            ),
+            None => Ok(vec![]),
+        }
+    }
+}
+
+/// Simple and extended query handling.
+pub struct PgQueryHandler {
+    service: Arc<GatewayService>,
+    parser: Arc<PgParser>,
+}
+
+impl PgQueryHandler {
+    /// Runs one statement and turns its output into a pgwire response.
+    async fn run<C>(
+        &self,
+        client: &mut C,
+        statement: &Statement,
+        params: Option<&datafusion::common::ParamValues>,
+        format: &Format,
+    ) -> Result<Response, Error>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let cell = session_of(client);
+        let token = client
+            .session_extensions()
+            .get::<Arc<QueryCancel>>()
+            .map(|c| c.start())
+            .unwrap_or_default();
+        let mut session = cell.lock().await;
+        let output = tokio::select! {
+            output = self.service.execute(statement, params, &mut session) => output?,
+            _ = token.cancelled() => return Err(Error::Canceled),
+        };
+        match output {
+            QueryOutput::Rows { stream, tag } => {
+                let response = query_response(stream, tag, format, format_options(&session), token)
+                    .map_err(|e| Error::Unsupported { what: e.to_string() })?;
+                Ok(Response::Query(response))
+            }
+            QueryOutput::Command(cmd) => {
+                if let Some((name, value)) = &cmd.changed_setting
+                    && let Some(reported) = reported_name(name)
+                {
+                    let status = ParameterStatus::new(reported.to_string(), value.clone());
+                    // A failed send surfaces on the next write; the SET itself succeeded.
+                    let _ = client.feed(PgWireBackendMessage::ParameterStatus(status)).await;
+                }
+                let tag = Tag::new(&cmd.tag);
+                Ok(match cmd.transaction {
+                    TransactionEffect::Begin => Response::TransactionStart(tag),
+                    TransactionEffect::End => Response::TransactionEnd(tag),
+                    TransactionEffect::None => Response::Execution(tag),
+                })
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for PgQueryHandler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = self.service.parse(query).map_err(pg_error)?;
+        let mut status = client.transaction_status();
+        let mut responses = Vec::with_capacity(statements.len());
+        for statement in &statements {
+            if status == TransactionStatus::Error && !ends_transaction(statement) {
+                responses.push(Response::Error(Box::new(error_info(aborted()))));
+                break;
+            }
+            match self.run(client, statement, None, &Format::UnifiedText).await {
+                Ok(response) => {
+                    match &response {
+                        Response::TransactionStart(_) => status = TransactionStatus::Transaction,
+                        Response::TransactionEnd(_) => status = TransactionStatus::Idle,
+                        _ => {}
+                    }
+                    responses.push(response);
+                }
+                Err(e) => {
+                    // PostgreSQL stops a multi-statement query at the first error.
+                    responses.push(Response::Error(Box::new(error_info(to_pg_error(&e)))));
+                    break;
+                }
+            }
+        }
+        if responses.is_empty() {
+            responses.push(Response::EmptyQuery);
+        }
+        Ok(responses)
+    }
+}
+
+fn error_info(e: PgWireError) -> ErrorInfo {
+    match e {
+        PgWireError::UserError(info) => *info,
+        other => ErrorInfo::new("ERROR".into(), "XX000".into(), other.to_string()),
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for PgQueryHandler {
+    type Statement = PgStatement;
+    type QueryParser = PgParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let stored: &StoredStatement<PgStatement> = &portal.statement;
+        let Some(statement) = &stored.statement.statement else {
+            return Ok(Response::EmptyQuery);
+        };
+        if client.transaction_status() == TransactionStatus::Error && !ends_transaction(statement) {
+            return Err(aborted());
+        }
+        let types: Vec<Option<&arrow::datatypes::DataType>> = stored
+            .statement
+            .described
+            .as_ref()
+            .map(|d| d.param_types.iter().map(Option::as_ref).collect())
+            .unwrap_or_default();
+        let params = if portal.parameter_len() > 0 {
+            Some(arrow_pg::datatypes::df::deserialize_parameters(portal, &types)?)
+        } else {
+            None
+        };
+        self.run(client, statement, params.as_ref(), &portal.result_column_format)
+            .await
+            .map_err(|e| to_pg_error(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn startup_options_are_parsed_like_postgres() {
+        let got = parse_options("-c lakegate.engine=duckdb -csearch_path=sales --statement-timeout=5s");
+        assert_eq!(
+            got,
+            vec![
+                ("lakegate.engine".to_string(), "duckdb".to_string()),
+                ("search_path".to_string(), "sales".to_string()),
+                ("statement_timeout".to_string(), "5s".to_string()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! The Postgres wire protocol endpoint (pgwire): accept loop, handlers, encoding, SQLSTATEs.
+
+mod cancel;
+mod encode;
+pub mod handler;
+mod sqlstate;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use handler::PgHandlers;
+
+use crate::error::{Error, Result};
+
+/// A bound Postgres endpoint.
+pub struct PgServer {
+    listener: TcpListener,
+    handlers: Arc<PgHandlers>,
+}
+
+impl PgServer {
+    /// Binds `addr` (port 0 picks a free port).
+    ///
+    /// # Errors
+    /// [`Error::Bind`] naming `pg.listen`.
+    pub async fn bind(addr: SocketAddr, handlers: PgHandlers) -> Result<Self> {
+        let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind {
+            setting: "pg.listen",
+            addr: addr.to_string(),
+            source,
+        })?;
+        Ok(Self { listener, handlers: Arc::new(handlers) })
+    }
+
+    /// The address actually bound.
+    ///
+    /// # Errors
+    /// When the OS cannot tell.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves connections until `shutdown` fires.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => {
+                    info!("pg endpoint stopped");
+                    return;
+                }
+                accepted = self.listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((socket, peer)) => {
+                    // Small request/response messages: never wait for Nagle.
+                    let _ = socket.set_nodelay(true);
+                    let handlers = self.handlers.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                            warn!(%peer, error = %e, "pg connection ended with an error");
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}

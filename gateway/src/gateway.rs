@@ -1,0 +1,64 @@
+//! Builds the services from a [`Config`] and owns the servers' start and stop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use lakegate_engines::datafusion_engine::{DataFusionEngine, DataFusionOptions};
+use lakegate_engines::{Engine, Lake};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::frontend::pg::{PgHandlers, PgServer};
+use crate::service::GatewayService;
+
+/// A built gateway, bound and ready to run.
+pub struct Gateway {
+    pg: PgServer,
+    pg_addr: SocketAddr,
+}
+
+impl Gateway {
+    /// Connects to the lake, builds the engine and the query service, binds the listeners.
+    ///
+    /// # Errors
+    /// Catalog connection failures, bind failures, engine setup failures.
+    pub async fn build(config: Config) -> Result<Self> {
+        config.validate()?;
+        let lake = Arc::new(Lake::connect(config.lake()).await.map_err(|e| match e {
+            lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => {
+                Error::Config { setting: setting.into(), reason }
+            }
+            other => Error::Engine(other),
+        })?);
+        let engine: Arc<dyn Engine> = Arc::new(DataFusionEngine::try_new(
+            lake.clone(),
+            DataFusionOptions {
+                database: config.pg.database.clone(),
+                target_partitions: config.datafusion.target_partitions,
+                batch_size: config.datafusion.batch_size,
+            },
+        )?);
+        let service = Arc::new(GatewayService::new(lake, engine));
+        let handlers = PgHandlers::new(service, config.pg.default_schema.clone());
+        let pg = PgServer::bind(config.pg_listen_addr()?, handlers).await?;
+        let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
+            setting: "pg.listen",
+            addr: config.pg.listen.clone(),
+            source,
+        })?;
+        Ok(Self { pg, pg_addr })
+    }
+
+    /// The Postgres endpoint's bound address.
+    pub fn pg_addr(&self) -> SocketAddr {
+        self.pg_addr
+    }
+
+    /// Serves until `shutdown` fires.
+    pub async fn run(self, shutdown: CancellationToken) {
+        info!(pg = %self.pg_addr, "lakegate serving");
+        self.pg.run(shutdown).await;
+    }
+}

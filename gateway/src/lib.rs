@@ -1,0 +1,34 @@
+//! lakegate: one SQL endpoint in front of an Apache Iceberg lakehouse.
+//!
+//! ```text
+//! client ──pgwire──▶ frontend::pg ──▶ GatewayService::execute(statement, params, session)
+//!     1. parse      sqlparser, PostgreSQL dialect (+ rewrites for what BI tools send)
+//!     2. classify   query / session / transaction / cursor / refused write
+//!     3. resolve    each lake table → its current metadata location (the version token)
+//!     4. execute    embedded DataFusion over the pinned snapshots → Arrow batches
+//! ◀── rows encoded per column format (text or binary), streamed batch by batch
+//! ```
+//!
+//! Layout:
+//! - `main.rs`: the `lakegate` CLI (`serve`, `demo`).
+//! - [`config`]: TOML configuration and command-line overrides.
+//! - [`gateway`]: builds the services and runs the servers.
+//! - [`service`]: the protocol-neutral query pipeline.
+//! - [`classify`]: statement kinds and the tables a statement reads.
+//! - [`session`]: per-connection settings and cursors.
+//! - [`frontend`]: wire protocols (`pg`).
+//! - [`demo`]: the demo estate.
+//! - [`error`]: the gateway's error type.
+
+pub mod classify;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod frontend;
+pub mod gateway;
+pub mod service;
+pub mod session;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use gateway::Gateway;

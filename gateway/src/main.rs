@@ -1,0 +1,126 @@
+//! The `lakegate` command line: `serve` a catalog, or run the `demo`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use lakegate_gateway::config::{Config, Overrides};
+use lakegate_gateway::{Gateway, demo};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(name = "lakegate", version, about = "A SQL gateway for Apache Iceberg lakehouses")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve an existing Iceberg catalog over the Postgres wire protocol.
+    Serve {
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        flags: Flags,
+    },
+    /// Create a small demo lakehouse (SQLite catalog + local warehouse) and serve it.
+    Demo {
+        /// Directory for the demo's catalog and warehouse.
+        #[arg(long, default_value = "demo-data")]
+        dir: PathBuf,
+        /// Number of small commits to the `orders` table.
+        #[arg(long, default_value_t = 60)]
+        order_commits: usize,
+        /// Create the estate and exit without serving.
+        #[arg(long)]
+        no_serve: bool,
+        #[command(flatten)]
+        flags: Flags,
+    },
+}
+
+/// Connection settings that override the config file.
+#[derive(Args)]
+struct Flags {
+    /// Catalog URI: sqlite:///abs/catalog.db, postgresql://user@host:port/db or http(s):// (REST).
+    #[arg(long)]
+    catalog_uri: Option<String>,
+    /// The catalog's name in the SQL catalog tables.
+    #[arg(long)]
+    catalog_name: Option<String>,
+    /// Warehouse location, e.g. file:///abs/warehouse.
+    #[arg(long)]
+    warehouse: Option<String>,
+    /// Postgres endpoint address (default 127.0.0.1:5433).
+    #[arg(long)]
+    pg_listen: Option<String>,
+}
+
+impl Flags {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            catalog_uri: self.catalog_uri.clone(),
+            catalog_name: self.catalog_name.clone(),
+            warehouse: self.warehouse.clone(),
+            pg_listen: self.pg_listen.clone(),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LAKEGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = match cli.command {
+        Command::Serve { config, flags } => Config::load(config.as_deref(), &flags.overrides())?,
+        Command::Demo { dir, order_commits, no_serve, flags } => {
+            let lake = demo::create(&demo::DemoOptions {
+                dir,
+                order_commits,
+                rows_per_commit: 200,
+            })
+            .await
+            .context("creating the demo estate")?;
+            if no_serve {
+                println!("demo estate ready: --catalog-uri {} --warehouse {}", lake.uri, lake.warehouse);
+                return Ok(());
+            }
+            let mut overrides = flags.overrides();
+            overrides.catalog_uri.get_or_insert(lake.uri);
+            overrides.warehouse.get_or_insert(lake.warehouse);
+            overrides.catalog_name.get_or_insert(lake.name);
+            Config::load(None, &overrides)?
+        }
+    };
+    let gateway = Gateway::build(config).await?;
+    // Scripts and tests read this line to find the (possibly ephemeral) port.
+    println!("lakegate listening pg={}", gateway.pg_addr());
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    #[cfg(unix)]
+    {
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            if let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            {
+                term.recv().await;
+                stop.cancel();
+            }
+        });
+    }
+    gateway.run(shutdown).await;
+    Ok(())
+}

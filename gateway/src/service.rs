@@ -1,0 +1,419 @@
+//! The protocol-neutral query service every frontend calls: parse → classify → resolve the
+//! tables' current versions (pins) → execute on an engine → Arrow batches back.
+
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::sql::sqlparser::ast::{
+    CloseCursor, Expr, FetchDirection, Reset, Set, Statement, Value,
+};
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use futures::StreamExt;
+use lakegate_engines::engine::Described;
+use lakegate_engines::{Engine, EngineRequest, Lake, Pins};
+use tracing::{debug, instrument};
+
+use crate::classify::{self, StatementKind};
+use crate::error::{Error, Result};
+use crate::session::{Cursor, Session};
+
+/// What a statement produced.
+pub enum QueryOutput {
+    /// Rows, streamed. `tag` is the command tag verb (`SELECT`, `FETCH`, `SHOW`).
+    Rows {
+        /// The result.
+        stream: SendableRecordBatchStream,
+        /// Command tag verb.
+        tag: &'static str,
+    },
+    /// A command without rows.
+    Command(Command),
+}
+
+/// A completed command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    /// The command tag (`SET`, `BEGIN`, `DECLARE CURSOR`, ...).
+    pub tag: String,
+    /// What it did to the transaction state.
+    pub transaction: TransactionEffect,
+    /// A setting that changed and should be reported to the client (name, value).
+    pub changed_setting: Option<(String, String)>,
+}
+
+/// How a command moves the transaction state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionEffect {
+    /// None.
+    None,
+    /// `BEGIN`.
+    Begin,
+    /// `COMMIT` / `ROLLBACK`.
+    End,
+}
+
+impl Command {
+    fn new(tag: impl Into<String>) -> Self {
+        Self { tag: tag.into(), transaction: TransactionEffect::None, changed_setting: None }
+    }
+}
+
+/// The gateway's query pipeline.
+pub struct GatewayService {
+    lake: Arc<Lake>,
+    engine: Arc<dyn Engine>,
+    parser: PostgresCompatibilityParser,
+}
+
+impl GatewayService {
+    /// A service over `lake`, executing on `engine`.
+    pub fn new(lake: Arc<Lake>, engine: Arc<dyn Engine>) -> Self {
+        Self { lake, engine, parser: PostgresCompatibilityParser::new() }
+    }
+
+    /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).
+    ///
+    /// # Errors
+    /// [`Error::Syntax`].
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        self.parser.parse(sql).map_err(|e| Error::Syntax { message: syntax_message(&e.to_string()) })
+    }
+
+    /// Resolves every lake table the statement reads to its current version.
+    async fn pins(&self, statement: &Statement, session: &Session) -> Result<Pins> {
+        let settings = session.engine_settings();
+        let mut pins = Pins::default();
+        for (schema, table) in classify::lake_tables(statement, settings.default_schema())? {
+            let resolved = self.lake.resolve(&schema, &table).await?;
+            pins.insert(&schema, &table, resolved);
+        }
+        Ok(pins)
+    }
+
+    /// What a statement takes and returns, without running it (`None`: it returns no rows).
+    ///
+    /// # Errors
+    /// Planning errors, refused statements.
+    pub async fn describe(
+        &self,
+        statement: &Statement,
+        session: &mut Session,
+    ) -> Result<Option<Described>> {
+        match classify::kind(statement) {
+            StatementKind::Query => {
+                let pins = self.pins(statement, session).await?;
+                let settings = session.engine_settings();
+                let request =
+                    EngineRequest { statement, params: None, pins: &pins, settings: &settings };
+                Ok(Some(self.engine.describe(request).await?))
+            }
+            StatementKind::Session => match statement {
+                Statement::ShowVariable { variable } => {
+                    let name = show_name(variable);
+                    Ok(Some(Described { param_types: vec![], schema: show_schema(&name) }))
+                }
+                _ => Ok(None),
+            },
+            StatementKind::Cursor => match statement {
+                Statement::Fetch { name, .. } => {
+                    let schema = session.cursor(&name.value)?.stream.schema();
+                    Ok(Some(Described { param_types: vec![], schema }))
+                }
+                _ => Ok(None),
+            },
+            StatementKind::Transaction => Ok(None),
+            StatementKind::Write(verb) => Err(read_only(verb)),
+            StatementKind::Other => Err(unsupported(statement)),
+        }
+    }
+
+    /// Runs one statement for `session`.
+    ///
+    /// # Errors
+    /// Any failure of parsing, resolution, planning or execution, as a gateway [`Error`].
+    #[instrument(skip_all, fields(kind))]
+    pub async fn execute(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &mut Session,
+    ) -> Result<QueryOutput> {
+        let kind = classify::kind(statement);
+        tracing::Span::current().record("kind", tracing::field::debug(&kind));
+        match kind {
+            StatementKind::Query => {
+                let stream = self.run_query(statement, params, session).await?;
+                Ok(QueryOutput::Rows { stream, tag: "SELECT" })
+            }
+            StatementKind::Session => self.session_statement(statement, session),
+            StatementKind::Transaction => {
+                let (tag, effect) = match statement {
+                    Statement::StartTransaction { .. } => ("BEGIN", TransactionEffect::Begin),
+                    Statement::Commit { .. } => ("COMMIT", TransactionEffect::End),
+                    _ => ("ROLLBACK", TransactionEffect::End),
+                };
+                if effect == TransactionEffect::End {
+                    session.end_transaction();
+                }
+                Ok(QueryOutput::Command(Command { transaction: effect, ..Command::new(tag) }))
+            }
+            StatementKind::Cursor => self.cursor_statement(statement, params, session).await,
+            StatementKind::Write(verb) => Err(read_only(verb)),
+            StatementKind::Other => Err(unsupported(statement)),
+        }
+    }
+
+    async fn run_query(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &Session,
+    ) -> Result<SendableRecordBatchStream> {
+        let pins = self.pins(statement, session).await?;
+        for ((schema, table), t) in pins.iter() {
+            debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
+        }
+        let settings = session.engine_settings();
+        let request = EngineRequest { statement, params, pins: &pins, settings: &settings };
+        Ok(self.engine.execute(request).await?)
+    }
+
+    fn session_statement(&self, statement: &Statement, session: &mut Session) -> Result<QueryOutput> {
+        match statement {
+            Statement::Set(set) => {
+                let changed = match set {
+                    Set::SingleAssignment { variable, values, .. } => {
+                        let name = variable.to_string().to_ascii_lowercase();
+                        let value = values.iter().map(expr_value).collect::<Vec<_>>().join(", ");
+                        apply_set(session, &name, &value)?
+                    }
+                    Set::SetTimeZone { value, .. } => {
+                        apply_set(session, "timezone", &expr_value(value))?
+                    }
+                    Set::SetNames { charset_name, .. } => {
+                        apply_set(session, "client_encoding", &charset_name.value)?
+                    }
+                    // Transaction characteristics and roles do not change a read-only gateway.
+                    Set::SetTransaction { .. } | Set::SetRole { .. } => None,
+                    Set::SetSessionAuthorization(_) => {
+                        return Err(Error::Unsupported {
+                            what: "SET SESSION AUTHORIZATION is not supported".into(),
+                        });
+                    }
+                    other => {
+                        return Err(Error::Unsupported {
+                            what: format!("{other} is not supported"),
+                        });
+                    }
+                };
+                Ok(QueryOutput::Command(Command { changed_setting: changed, ..Command::new("SET") }))
+            }
+            Statement::ShowVariable { variable } => {
+                let name = show_name(variable);
+                let batch = if name == "all" {
+                    let (names, values): (Vec<&str>, Vec<&str>) =
+                        session.values().iter().map(|(k, v)| (k.as_str(), v.as_str())).unzip();
+                    RecordBatch::try_new(
+                        show_schema("all"),
+                        vec![
+                            Arc::new(StringArray::from(names)),
+                            Arc::new(StringArray::from(values)),
+                        ],
+                    )
+                } else {
+                    let value = session.show(&name)?;
+                    RecordBatch::try_new(show_schema(&name), vec![Arc::new(StringArray::from(vec![value]))])
+                }
+                .map_err(|e| lakegate_engines::Error::DataFusion(e.into()))?;
+                Ok(QueryOutput::Rows { stream: batches_stream(batch.schema(), vec![batch]), tag: "SHOW" })
+            }
+            Statement::Reset(r) => {
+                let changed = match &r.reset {
+                    Reset::ALL => {
+                        session.reset_all();
+                        None
+                    }
+                    Reset::ConfigurationParameter(name) => {
+                        let name = session.reset(&name.to_string())?;
+                        let value = session.show(&name)?;
+                        Some((name, value))
+                    }
+                };
+                Ok(QueryOutput::Command(Command { changed_setting: changed, ..Command::new("RESET") }))
+            }
+            Statement::Discard { .. } => {
+                session.reset_all();
+                session.close(None)?;
+                Ok(QueryOutput::Command(Command::new("DISCARD ALL")))
+            }
+            other => Err(unsupported(other)),
+        }
+    }
+
+    async fn cursor_statement(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &mut Session,
+    ) -> Result<QueryOutput> {
+        match statement {
+            Statement::Declare { stmts } => {
+                for d in stmts {
+                    let Some(query) = &d.for_query else {
+                        return Err(Error::Unsupported { what: "DECLARE without FOR <query>".into() });
+                    };
+                    if d.scroll == Some(true) {
+                        return Err(Error::Unsupported {
+                            what: "SCROLL cursors are not supported (cursors read forward only)".into(),
+                        });
+                    }
+                    let query = Statement::Query(query.clone());
+                    let stream = self.run_query(&query, params, session).await?;
+                    for name in &d.names {
+                        let cursor = Cursor { stream, pending: None, hold: d.hold == Some(true) };
+                        session.declare(&name.value, cursor)?;
+                        break;
+                    }
+                }
+                Ok(QueryOutput::Command(Command::new("DECLARE CURSOR")))
+            }
+            Statement::Fetch { name, direction, .. } => {
+                let count = fetch_count(direction)?;
+                let cursor = session.cursor(&name.value)?;
+                let batches = take_rows(cursor, count).await?;
+                let schema = cursor.stream.schema();
+                Ok(QueryOutput::Rows { stream: batches_stream(schema, batches), tag: "FETCH" })
+            }
+            Statement::Close { cursor } => {
+                match cursor {
+                    CloseCursor::All => session.close(None)?,
+                    CloseCursor::Specific { name } => session.close(Some(&name.value))?,
+                }
+                Ok(QueryOutput::Command(Command::new("CLOSE CURSOR")))
+            }
+            other => Err(unsupported(other)),
+        }
+    }
+}
+
+/// Applies a `SET` and returns the setting to report back, if clients track it.
+fn apply_set(session: &mut Session, name: &str, value: &str) -> Result<Option<(String, String)>> {
+    let name = if value.eq_ignore_ascii_case("default") {
+        session.reset(name)?
+    } else {
+        session.set(name, value)?
+    };
+    let value = session.show(&name)?;
+    Ok(Some((name, value)))
+}
+
+/// The text of a `SET` value: strings unquoted, identifiers and numbers as written.
+fn expr_value(e: &Expr) -> String {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            Value::Number(n, _) => n.clone(),
+            Value::Boolean(b) => if *b { "on".into() } else { "off".into() },
+            other => other.to_string(),
+        },
+        Expr::Identifier(i) => i.value.clone(),
+        Expr::UnaryOp { op, expr } => format!("{op}{}", expr_value(expr)),
+        other => other.to_string(),
+    }
+}
+
+/// `SHOW transaction isolation level` → `transaction_isolation`.
+fn show_name(variable: &[datafusion::sql::sqlparser::ast::Ident]) -> String {
+    let words: Vec<String> = variable.iter().map(|i| i.value.to_ascii_lowercase()).collect();
+    match words.join(" ").as_str() {
+        "transaction isolation level" => "transaction_isolation".into(),
+        "time zone" => "timezone".into(),
+        other => other.to_string(),
+    }
+}
+
+fn show_schema(name: &str) -> SchemaRef {
+    if name == "all" {
+        Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("setting", DataType::Utf8, false),
+        ]))
+    } else {
+        Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]))
+    }
+}
+
+fn batches_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> SendableRecordBatchStream {
+    match MemoryStream::try_new(batches, schema.clone(), None) {
+        Ok(s) => Box::pin(s),
+        Err(_) => Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(schema)),
+    }
+}
+
+/// How many rows a FETCH asks for (`None`: all).
+fn fetch_count(direction: &FetchDirection) -> Result<Option<usize>> {
+    let number = |v: &Value| -> Result<usize> {
+        match v {
+            Value::Number(n, _) => n.parse().map_err(|_| Error::Syntax {
+                message: format!("FETCH count `{n}` is not a row count"),
+            }),
+            other => Err(Error::Syntax { message: format!("FETCH count `{other}` is not a number") }),
+        }
+    };
+    match direction {
+        FetchDirection::Next => Ok(Some(1)),
+        FetchDirection::Count { limit } => number(&limit.value).map(Some),
+        FetchDirection::Forward { limit: Some(l) } => number(&l.value).map(Some),
+        FetchDirection::Forward { limit: None } => Ok(Some(1)),
+        FetchDirection::All | FetchDirection::ForwardAll => Ok(None),
+        other => Err(Error::Unsupported {
+            what: format!("FETCH {other}: cursors read forward only"),
+        }),
+    }
+}
+
+/// Reads up to `count` rows (all when `None`) from a cursor.
+async fn take_rows(cursor: &mut Cursor, count: Option<usize>) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    let mut wanted = count.unwrap_or(usize::MAX);
+    while wanted > 0 {
+        let batch = match cursor.pending.take() {
+            Some(b) => b,
+            None => match cursor.stream.next().await {
+                Some(b) => b.map_err(lakegate_engines::Error::from)?,
+                None => break,
+            },
+        };
+        if batch.num_rows() <= wanted {
+            wanted -= batch.num_rows();
+            out.push(batch);
+        } else {
+            out.push(batch.slice(0, wanted));
+            cursor.pending = Some(batch.slice(wanted, batch.num_rows() - wanted));
+            wanted = 0;
+        }
+    }
+    Ok(out)
+}
+
+fn read_only(verb: &str) -> Error {
+    Error::Unsupported {
+        what: format!("{verb} is not supported: lakegate is a read-only gateway (write through your Iceberg writer)"),
+    }
+}
+
+fn unsupported(statement: &Statement) -> Error {
+    let text = statement.to_string();
+    let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    Error::Unsupported { what: format!("statement `{head}` is not supported by lakegate") }
+}
+
+/// sqlparser says "sql parser error: Expected: …"; PostgreSQL says "syntax error at or near".
+fn syntax_message(raw: &str) -> String {
+    let msg = raw.trim_start_matches("sql parser error: ");
+    format!("syntax error: {msg}")
+}

@@ -1,0 +1,377 @@
+//! Per-connection state: settings (`SET`/`SHOW`/`RESET`), open cursors, who is connected.
+//!
+//! Settings follow PostgreSQL: known parameters and any dotted custom name (`myapp.x`,
+//! `lakegate.*`) can be set; unknown plain names are refused with 42704, as PostgreSQL does.
+
+use std::collections::{BTreeMap, HashMap};
+
+use datafusion::execution::SendableRecordBatchStream;
+use lakegate_engines::Settings;
+
+use crate::error::{Error, Result};
+
+/// The server version reported to clients (`server_version`, `SHOW server_version`).
+pub const SERVER_VERSION: &str = "16.6";
+
+/// A setting clients may read and (unless read-only) change.
+struct Param {
+    name: &'static str,
+    default: &'static str,
+    read_only: bool,
+}
+
+const fn rw(name: &'static str, default: &'static str) -> Param {
+    Param { name, default, read_only: false }
+}
+
+const fn ro(name: &'static str, default: &'static str) -> Param {
+    Param { name, default, read_only: true }
+}
+
+/// The parameters lakegate knows, with PostgreSQL's defaults (lower-case names).
+const PARAMS: &[Param] = &[
+    rw("application_name", ""),
+    rw("client_encoding", "UTF8"),
+    rw("datestyle", "ISO, MDY"),
+    rw("intervalstyle", "postgres"),
+    rw("timezone", "UTC"),
+    rw("search_path", "public"),
+    rw("extra_float_digits", "1"),
+    rw("statement_timeout", "0"),
+    rw("lock_timeout", "0"),
+    rw("idle_in_transaction_session_timeout", "0"),
+    rw("bytea_output", "hex"),
+    rw("client_min_messages", "notice"),
+    rw("default_transaction_isolation", "read committed"),
+    rw("transaction_isolation", "read committed"),
+    rw("default_transaction_read_only", "on"),
+    rw("transaction_read_only", "on"),
+    rw("lc_messages", "C"),
+    rw("lc_monetary", "C"),
+    rw("lc_numeric", "C"),
+    rw("lc_time", "C"),
+    rw("escape_string_warning", "on"),
+    rw("synchronous_commit", "on"),
+    rw("row_security", "on"),
+    rw("jit", "off"),
+    rw("work_mem", "4MB"),
+    rw("max_parallel_workers_per_gather", "2"),
+    rw("geqo", "on"),
+    rw("join_collapse_limit", "8"),
+    rw("from_collapse_limit", "8"),
+    rw("plan_cache_mode", "auto"),
+    rw("role", "none"),
+    rw("default_text_search_config", "pg_catalog.english"),
+    rw("array_nulls", "on"),
+    rw("xmloption", "content"),
+    ro("standard_conforming_strings", "on"),
+    ro("server_version", SERVER_VERSION),
+    ro("server_version_num", "160006"),
+    ro("server_encoding", "UTF8"),
+    ro("integer_datetimes", "on"),
+    ro("is_superuser", "off"),
+    ro("max_identifier_length", "63"),
+    ro("block_size", "8192"),
+    ro("lc_collate", "C"),
+    ro("lc_ctype", "C"),
+];
+
+fn param(name: &str) -> Option<&'static Param> {
+    PARAMS.iter().find(|p| p.name == name)
+}
+
+/// The canonical (case-sensitive) name PostgreSQL reports for a setting in ParameterStatus.
+pub fn reported_name(name: &str) -> Option<&'static str> {
+    match name {
+        "timezone" => Some("TimeZone"),
+        "datestyle" => Some("DateStyle"),
+        "intervalstyle" => Some("IntervalStyle"),
+        "application_name" => Some("application_name"),
+        "client_encoding" => Some("client_encoding"),
+        "search_path" => Some("search_path"),
+        "standard_conforming_strings" => Some("standard_conforming_strings"),
+        "default_transaction_read_only" => Some("default_transaction_read_only"),
+        _ => None,
+    }
+}
+
+/// A cursor opened by `DECLARE`, read by `FETCH`.
+pub struct Cursor {
+    /// The remaining result.
+    pub stream: SendableRecordBatchStream,
+    /// Rows read from the stream but not yet fetched.
+    pub pending: Option<arrow::record_batch::RecordBatch>,
+    /// `WITH HOLD`: survives the end of the transaction.
+    pub hold: bool,
+}
+
+/// One client connection's state.
+pub struct Session {
+    user: String,
+    values: BTreeMap<String, String>,
+    defaults: BTreeMap<String, String>,
+    cursors: HashMap<String, Cursor>,
+}
+
+impl Session {
+    /// A new session for `user` with PostgreSQL's defaults and `search_path = default_schema`.
+    pub fn new(user: &str, default_schema: &str) -> Self {
+        let mut defaults: BTreeMap<String, String> =
+            PARAMS.iter().map(|p| (p.name.to_string(), p.default.to_string())).collect();
+        defaults.insert("search_path".into(), default_schema.to_string());
+        Self {
+            user: user.to_string(),
+            values: defaults.clone(),
+            defaults,
+            cursors: HashMap::new(),
+        }
+    }
+
+    /// Applies startup parameters (`options=-c k=v`, `application_name`, `TimeZone`, ...);
+    /// they become the values `RESET` returns to, as in PostgreSQL.
+    ///
+    /// # Errors
+    /// When a parameter names an unknown setting or has a bad value.
+    pub fn apply_startup(&mut self, startup: &[(String, String)]) -> Result<()> {
+        for (k, v) in startup {
+            self.set(k, v)?;
+        }
+        self.defaults = self.values.clone();
+        Ok(())
+    }
+
+    /// The connected user.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// `SET name = value`.
+    ///
+    /// # Errors
+    /// Unknown or read-only settings, values the setting refuses.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<String> {
+        let name = name.to_ascii_lowercase();
+        let value = match param(&name) {
+            Some(p) if p.read_only => {
+                if self.values.get(&name).is_some_and(|v| v.eq_ignore_ascii_case(value)) {
+                    return Ok(name);
+                }
+                return Err(Error::ReadOnlySetting { name });
+            }
+            Some(_) => normalize(&name, value)?,
+            None if name.contains('.') => value.to_string(),
+            None => return Err(Error::UnknownSetting { name }),
+        };
+        self.values.insert(name.clone(), value);
+        Ok(name)
+    }
+
+    /// `SHOW name`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSetting`].
+    pub fn show(&self, name: &str) -> Result<String> {
+        let name = name.to_ascii_lowercase();
+        self.values.get(&name).cloned().ok_or(Error::UnknownSetting { name })
+    }
+
+    /// `RESET name`; returns the canonical name.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSetting`], [`Error::ReadOnlySetting`].
+    pub fn reset(&mut self, name: &str) -> Result<String> {
+        let name = name.to_ascii_lowercase();
+        if param(&name).is_some_and(|p| p.read_only) {
+            return Err(Error::ReadOnlySetting { name });
+        }
+        match self.defaults.get(&name) {
+            Some(v) => {
+                self.values.insert(name.clone(), v.clone());
+            }
+            None if name.contains('.') => {
+                self.values.remove(&name);
+            }
+            None => return Err(Error::UnknownSetting { name }),
+        }
+        Ok(name)
+    }
+
+    /// `RESET ALL`.
+    pub fn reset_all(&mut self) {
+        self.values = self.defaults.clone();
+    }
+
+    /// Every setting, by name.
+    pub fn values(&self) -> &BTreeMap<String, String> {
+        &self.values
+    }
+
+    /// The settings an engine needs.
+    pub fn engine_settings(&self) -> Settings {
+        let search_path: Vec<String> = self
+            .values
+            .get("search_path")
+            .map(|s| {
+                s.split(',')
+                    .map(|p| p.trim().trim_matches('"').to_string())
+                    .filter(|p| !p.is_empty() && p != "$user")
+                    .collect()
+            })
+            .unwrap_or_default();
+        Settings {
+            user: self.user.clone(),
+            search_path: if search_path.is_empty() { vec!["public".into()] } else { search_path },
+            time_zone: self.values.get("timezone").cloned().unwrap_or_else(|| "UTC".into()),
+            values: self.values.clone(),
+        }
+    }
+
+    /// Opens a cursor.
+    ///
+    /// # Errors
+    /// [`Error::DuplicateCursor`] when the name is taken.
+    pub fn declare(&mut self, name: &str, cursor: Cursor) -> Result<()> {
+        if self.cursors.contains_key(name) {
+            return Err(Error::DuplicateCursor { name: name.to_string() });
+        }
+        self.cursors.insert(name.to_string(), cursor);
+        Ok(())
+    }
+
+    /// The open cursor `name`.
+    ///
+    /// # Errors
+    /// [`Error::CursorNotFound`].
+    pub fn cursor(&mut self, name: &str) -> Result<&mut Cursor> {
+        self.cursors.get_mut(name).ok_or_else(|| Error::CursorNotFound { name: name.to_string() })
+    }
+
+    /// Closes cursor `name` (`None`: all).
+    ///
+    /// # Errors
+    /// [`Error::CursorNotFound`].
+    pub fn close(&mut self, name: Option<&str>) -> Result<()> {
+        match name {
+            None => self.cursors.clear(),
+            Some(n) => {
+                self.cursors.remove(n).ok_or_else(|| Error::CursorNotFound { name: n.into() })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A transaction ended: cursors without `WITH HOLD` close, as in PostgreSQL.
+    pub fn end_transaction(&mut self) {
+        self.cursors.retain(|_, c| c.hold);
+    }
+}
+
+/// Checks and normalises a value for a known setting.
+fn normalize(name: &str, value: &str) -> Result<String> {
+    let invalid = |reason: &str| Error::InvalidSetting {
+        name: name.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
+    match name {
+        "timezone" => {
+            let v = value.trim();
+            if v.eq_ignore_ascii_case("utc") || v.eq_ignore_ascii_case("gmt") {
+                return Ok("UTC".into());
+            }
+            if v.parse::<chrono_tz::Tz>().is_ok() || parse_offset(v).is_some() {
+                Ok(v.to_string())
+            } else {
+                Err(invalid("use a time zone name such as UTC or Europe/Paris, or an offset such as +02:00"))
+            }
+        }
+        "client_encoding" => {
+            let v = value.trim().to_ascii_uppercase().replace(['-', '_'], "");
+            if v == "UTF8" || v == "UNICODE" {
+                Ok("UTF8".into())
+            } else {
+                Err(invalid("lakegate speaks UTF8 only"))
+            }
+        }
+        "extra_float_digits" => value
+            .trim()
+            .parse::<i8>()
+            .ok()
+            .filter(|n| (-15..=3).contains(n))
+            .map(|n| n.to_string())
+            .ok_or_else(|| invalid("an integer from -15 to 3")),
+        "datestyle" => {
+            if value.to_ascii_uppercase().contains("ISO") {
+                Ok(value.to_string())
+            } else {
+                Err(invalid("only ISO date output is supported"))
+            }
+        }
+        "default_transaction_read_only" | "transaction_read_only" => match value.trim() {
+            "on" | "true" | "1" | "yes" => Ok("on".into()),
+            _ => Err(invalid("lakegate is read-only")),
+        },
+        _ => Ok(value.to_string()),
+    }
+}
+
+/// A `+HH:MM` / `-HH` offset, as accepted for `TimeZone`.
+pub fn parse_offset(v: &str) -> Option<i32> {
+    let (sign, rest) = match v.as_bytes().first()? {
+        b'+' => (1, &v[1..]),
+        b'-' => (-1, &v[1..]),
+        _ => return None,
+    };
+    let mut parts = rest.split(':');
+    let h: i32 = parts.next()?.parse().ok()?;
+    let m: i32 = parts.next().map_or(Some(0), |m| m.parse().ok())?;
+    (h <= 15 && m < 60).then_some(sign * (h * 3600 + m * 60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        Session::new("alice", "public")
+    }
+
+    #[test]
+    fn set_show_reset_round_trip() {
+        let mut s = session();
+        s.set("TimeZone", "Europe/Paris").expect("valid zone");
+        assert_eq!(s.show("timezone").expect("known"), "Europe/Paris");
+        assert_eq!(s.engine_settings().time_zone, "Europe/Paris");
+        s.reset("TIMEZONE").expect("reset");
+        assert_eq!(s.show("TimeZone").expect("known"), "UTC");
+    }
+
+    #[test]
+    fn unknown_and_read_only_settings_are_refused() {
+        let mut s = session();
+        assert!(matches!(s.set("no_such_thing", "1"), Err(Error::UnknownSetting { .. })));
+        assert!(matches!(s.show("no_such_thing"), Err(Error::UnknownSetting { .. })));
+        assert!(matches!(s.set("server_version", "9"), Err(Error::ReadOnlySetting { .. })));
+        assert!(matches!(s.set("timezone", "Mars/Olympus"), Err(Error::InvalidSetting { .. })));
+        // dotted custom settings are allowed, as in PostgreSQL
+        s.set("myapp.tenant", "42").expect("custom setting");
+        assert_eq!(s.show("myapp.tenant").expect("set"), "42");
+    }
+
+    #[test]
+    fn startup_options_become_the_reset_values() {
+        let mut s = Session::new("bob", "public");
+        s.apply_startup(&[("search_path".into(), "sales, public".into())]).expect("valid startup");
+        assert_eq!(s.engine_settings().search_path, vec!["sales", "public"]);
+        s.set("search_path", "other").expect("set");
+        s.reset_all();
+        assert_eq!(s.show("search_path").expect("known"), "sales, public");
+    }
+
+    #[test]
+    fn offsets_parse() {
+        assert_eq!(parse_offset("+02:00"), Some(7200));
+        assert_eq!(parse_offset("-5"), Some(-18000));
+        assert_eq!(parse_offset("5"), None);
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what lakegate's tests and demo need, once; later runs reuse .cache/.
+#   - system packages: psql/pgbench (postgresql-client), protoc-free build (nothing else)
+#   - a Python venv with PyIceberg (independent writer/reader) and the client drivers
+#   - the pgJDBC driver jar from Maven Central
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="$PWD/.cache"
+mkdir -p "$CACHE"
+
+need_apt=()
+command -v psql >/dev/null || need_apt+=(postgresql-client)
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${need_apt[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+VENV="$CACHE/venv"
+REQ="tests/requirements.txt"
+if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/.requirements"; then
+  echo "setup: python venv ($REQ)"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -r "$REQ"
+  cp "$REQ" "$VENV/.requirements"
+fi
+
+JARS="$CACHE/jars"
+PGJDBC_VERSION=42.7.4
+if [ ! -f "$JARS/postgresql-$PGJDBC_VERSION.jar" ]; then
+  echo "setup: pgJDBC $PGJDBC_VERSION from Maven Central"
+  mkdir -p "$JARS"
+  mvn -q dependency:copy -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
+fi
+echo "setup: ok"

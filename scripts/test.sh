@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test: Rust unit and integration tests, then the end-to-end suite with real
+# clients (psql, psycopg, SQLAlchemy + pandas, asyncpg, pgJDBC) against the real binary.
+#
+#   scripts/test.sh              everything
+#   scripts/test.sh --rust       only cargo tests
+#   scripts/test.sh --e2e [-k X] only the end-to-end suite (pytest args pass through)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=all
+if [ "${1:-}" = "--rust" ]; then mode=rust; shift; fi
+if [ "${1:-}" = "--e2e" ]; then mode=e2e; shift; fi
+
+scripts/setup.sh
+export LAKEGATE_PYTHON="$PWD/.cache/venv/bin/python"
+export LAKEGATE_JARS="$PWD/.cache/jars"
+
+cargo build --workspace --bins
+export LAKEGATE_BIN="$PWD/target/debug/lakegate"
+
+if [ "$mode" != e2e ]; then
+  cargo test --workspace --no-fail-fast
+fi
+if [ "$mode" != rust ]; then
+  "$LAKEGATE_PYTHON" -m pytest -q tests/e2e "$@"
+fi

@@ -1,0 +1,74 @@
+"""End-to-end fixtures: a PyIceberg-written lakehouse and the real `lakegate` binary on an
+ephemeral port, stopped by PID at the end of the session."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+
+import warehouse as wh  # noqa: E402
+
+
+def lakegate_bin() -> str:
+    return os.environ.get("LAKEGATE_BIN", str(ROOT / "target" / "debug" / "lakegate"))
+
+
+class Gateway:
+    def __init__(self, proc: subprocess.Popen, port: int, dir_: str):
+        self.proc, self.port, self.dir = proc, port, dir_
+
+    @property
+    def dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=tester dbname=lakegate"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://tester@127.0.0.1:{self.port}/lakegate"
+
+
+def start_gateway(flags: list[str], extra: list[str] | None = None) -> Gateway:
+    cmd = [lakegate_bin(), "serve", *flags, "--pg-listen", "127.0.0.1:0", *(extra or [])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("lakegate listening"):
+            port = int(line.strip().split("pg=")[1].rsplit(":", 1)[1])
+            return Gateway(proc, port, "")
+        if proc.poll() is not None:
+            raise RuntimeError(f"lakegate exited: {proc.stderr.read()}")
+    proc.kill()
+    raise RuntimeError("lakegate did not start within 60s")
+
+
+@pytest.fixture(scope="session")
+def lake_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("lake")
+    expected = wh.build(str(d))
+    (d / "expected.json").write_text(json.dumps(expected))
+    return d
+
+
+@pytest.fixture(scope="session")
+def expected(lake_dir) -> dict:
+    return json.loads((lake_dir / "expected.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def gateway(lake_dir):
+    gw = start_gateway(wh.flags(str(lake_dir)))
+    gw.dir = str(lake_dir)
+    yield gw
+    gw.proc.terminate()
+    try:
+        gw.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        gw.proc.kill()
