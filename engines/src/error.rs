@@ -124,7 +124,7 @@ pub fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
     use datafusion::common::SchemaError;
     match e.find_root() {
         DataFusionError::SQL(..) => ErrorKind::Syntax,
-        DataFusionError::SchemaError(SchemaError::FieldNotFound { .. }, _) => {
+        DataFusionError::SchemaError(e, _) if matches!(**e, SchemaError::FieldNotFound { .. }) => {
             ErrorKind::UndefinedColumn
         }
         DataFusionError::SchemaError(..) => ErrorKind::Syntax,

@@ -13,6 +13,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::StreamExt;
+use sync_wrapper::SyncWrapper;
 use lakegate_engines::engine::Described;
 use lakegate_engines::{Engine, EngineRequest, Lake, Pins};
 use tracing::{debug, instrument};
@@ -120,7 +121,7 @@ impl GatewayService {
             },
             StatementKind::Cursor => match statement {
                 Statement::Fetch { name, .. } => {
-                    let schema = session.cursor(&name.value)?.stream.schema();
+                    let schema = session.cursor(&name.value)?.schema.clone();
                     Ok(Some(Described { param_types: vec![], schema }))
                 }
                 _ => Ok(None),
@@ -271,13 +272,18 @@ impl GatewayService {
                             what: "SCROLL cursors are not supported (cursors read forward only)".into(),
                         });
                     }
+                    let Some(name) = d.names.first() else {
+                        return Err(Error::Syntax { message: "DECLARE needs a cursor name".into() });
+                    };
                     let query = Statement::Query(query.clone());
                     let stream = self.run_query(&query, params, session).await?;
-                    for name in &d.names {
-                        let cursor = Cursor { stream, pending: None, hold: d.hold == Some(true) };
-                        session.declare(&name.value, cursor)?;
-                        break;
-                    }
+                    let cursor = Cursor {
+                        schema: stream.schema(),
+                        stream: SyncWrapper::new(stream),
+                        pending: None,
+                        hold: d.hold == Some(true),
+                    };
+                    session.declare(&name.value, cursor)?;
                 }
                 Ok(QueryOutput::Command(Command::new("DECLARE CURSOR")))
             }
@@ -285,7 +291,7 @@ impl GatewayService {
                 let count = fetch_count(direction)?;
                 let cursor = session.cursor(&name.value)?;
                 let batches = take_rows(cursor, count).await?;
-                let schema = cursor.stream.schema();
+                let schema = cursor.schema.clone();
                 Ok(QueryOutput::Rows { stream: batches_stream(schema, batches), tag: "FETCH" })
             }
             Statement::Close { cursor } => {
@@ -366,8 +372,8 @@ fn fetch_count(direction: &FetchDirection) -> Result<Option<usize>> {
     };
     match direction {
         FetchDirection::Next => Ok(Some(1)),
-        FetchDirection::Count { limit } => number(&limit.value).map(Some),
-        FetchDirection::Forward { limit: Some(l) } => number(&l.value).map(Some),
+        FetchDirection::Count { limit } => number(limit).map(Some),
+        FetchDirection::Forward { limit: Some(l) } => number(l).map(Some),
         FetchDirection::Forward { limit: None } => Ok(Some(1)),
         FetchDirection::All | FetchDirection::ForwardAll => Ok(None),
         other => Err(Error::Unsupported {
@@ -383,7 +389,7 @@ async fn take_rows(cursor: &mut Cursor, count: Option<usize>) -> Result<Vec<Reco
     while wanted > 0 {
         let batch = match cursor.pending.take() {
             Some(b) => b,
-            None => match cursor.stream.next().await {
+            None => match cursor.stream.get_mut().next().await {
                 Some(b) => b.map_err(lakegate_engines::Error::from)?,
                 None => break,
             },

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use datafusion::execution::SendableRecordBatchStream;
 use lakegate_engines::Settings;
+use sync_wrapper::SyncWrapper;
 
 use crate::error::{Error, Result};
 
@@ -97,8 +98,11 @@ pub fn reported_name(name: &str) -> Option<&'static str> {
 
 /// A cursor opened by `DECLARE`, read by `FETCH`.
 pub struct Cursor {
-    /// The remaining result.
-    pub stream: SendableRecordBatchStream,
+    /// The remaining result (wrapped so the session can be shared across await points; it is
+    /// only ever read through `&mut`).
+    pub stream: SyncWrapper<SendableRecordBatchStream>,
+    /// The result's columns.
+    pub schema: arrow::datatypes::SchemaRef,
     /// Rows read from the stream but not yet fetched.
     pub pending: Option<arrow::record_batch::RecordBatch>,
     /// `WITH HOLD`: survives the end of the transaction.

@@ -89,7 +89,7 @@ impl LakeConfig {
                     .into(),
             });
         }
-        if kind == CatalogKind::Sqlite {
+        if kind == CatalogKind::Sqlite && !self.uri.contains("mode=rwc") {
             let path = sqlite_path(&self.uri);
             if !std::path::Path::new(path).exists() {
                 return Err(Error::InvalidCatalogConfig {

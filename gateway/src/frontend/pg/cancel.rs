@@ -13,13 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 /// One connection's cancellation state: a token per running statement.
 #[derive(Debug, Default)]
-pub struct QueryCancel {
+pub(crate) struct QueryCancel {
     current: Mutex<CancellationToken>,
 }
 
 impl QueryCancel {
     /// A fresh token for the statement that starts now.
-    pub fn start(&self) -> CancellationToken {
+    pub(crate) fn start(&self) -> CancellationToken {
         let token = CancellationToken::new();
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = token.clone();
         token
@@ -32,13 +32,13 @@ impl QueryCancel {
 
 /// Every live connection's cancellation state by backend pid.
 #[derive(Default)]
-pub struct Cancels {
+pub(crate) struct Cancels {
     connections: Mutex<HashMap<i32, (SecretKey, Weak<QueryCancel>)>>,
 }
 
 impl Cancels {
     /// Registers a connection; the entry lives as long as the returned state.
-    pub fn register(&self, pid: i32, secret: SecretKey) -> Arc<QueryCancel> {
+    pub(crate) fn register(&self, pid: i32, secret: SecretKey) -> Arc<QueryCancel> {
         let state = Arc::new(QueryCancel::default());
         let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, (_, w)| w.strong_count() > 0);
@@ -53,11 +53,11 @@ impl Cancels {
 }
 
 /// The CancelRequest handler.
-pub struct PgCancel {
+pub(crate) struct PgCancel {
     /// Live connections.
-    pub cancels: Arc<Cancels>,
+    pub(crate) cancels: Arc<Cancels>,
     /// pgwire's own registry, which cancels a statement still being planned.
-    pub manager: Arc<ConnectionManager>,
+    pub(crate) manager: Arc<ConnectionManager>,
 }
 
 #[async_trait]
