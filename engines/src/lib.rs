@@ -13,11 +13,13 @@
 //! - [`engine`]: the [`Engine`] trait and what a request to an engine carries.
 //! - [`datafusion_engine`]: the embedded DataFusion engine.
 //! - [`system_catalog`]: `pg_catalog` emulation over the lake for BI tools.
+//! - [`pg_attribute`]: exact column types in `pg_catalog.pg_attribute`.
 
 pub mod datafusion_engine;
 pub mod engine;
 pub mod error;
 pub mod lake;
+pub mod pg_attribute;
 pub mod system_catalog;
 
 pub use engine::{Engine, EngineRef, EngineRequest, Pins, Settings};

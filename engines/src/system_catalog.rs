@@ -115,12 +115,9 @@ pub fn pg_catalog_schema(
     database: String,
 ) -> Result<Arc<dyn SchemaProvider>, DataFusionError> {
     let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
-    let provider = PgCatalogSchemaProvider::try_new(
-        LakeCatalogInfo::new(lake, database),
-        static_tables,
-        EmptyContextProvider,
-    )?;
-    Ok(Arc::new(provider))
+    let info = LakeCatalogInfo::new(lake, database.clone());
+    let provider = PgCatalogSchemaProvider::try_new(info.clone(), static_tables, EmptyContextProvider)?;
+    Ok(Arc::new(crate::pg_attribute::PgCatalogSchema::new(Arc::new(provider), info, database)))
 }
 
 fn constant_text_udf(name: &str, value: String, volatility: Volatility) -> ScalarUDF {
@@ -128,6 +125,61 @@ fn constant_text_udf(name: &str, value: String, volatility: Volatility) -> Scala
         Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Utf8(Some(value.clone()))))
     };
     create_udf(name, vec![], DataType::Utf8, volatility, Arc::new(func))
+}
+
+/// PostgreSQL type names (and common aliases) → OIDs, for `to_regtype`.
+fn type_oids() -> &'static std::collections::HashMap<String, i32> {
+    static OIDS: std::sync::OnceLock<std::collections::HashMap<String, i32>> =
+        std::sync::OnceLock::new();
+    OIDS.get_or_init(|| {
+        let mut map = std::collections::HashMap::new();
+        for oid in 0..6000u32 {
+            if let Some(t) = postgres_types::Type::from_oid(oid) {
+                map.insert(t.name().to_string(), oid as i32);
+            }
+        }
+        for (alias, name) in [
+            ("integer", "int4"), ("int", "int4"), ("bigint", "int8"), ("smallint", "int2"),
+            ("boolean", "bool"), ("real", "float4"), ("double precision", "float8"),
+            ("character varying", "varchar"), ("decimal", "numeric"),
+            ("timestamp without time zone", "timestamp"), ("timestamp with time zone", "timestamptz"),
+            ("time without time zone", "time"),
+        ] {
+            if let Some(oid) = map.get(name).copied() {
+                map.insert(alias.to_string(), oid);
+            }
+        }
+        map
+    })
+}
+
+/// `pg_*_is_visible(oid)`: every object lakegate lists is on the search path.
+fn visible_udf(name: &str) -> ScalarUDF {
+    let f = |args: &[ColumnarValue]| {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let n = arrays.first().map_or(1, |a| a.len());
+        Ok(ColumnarValue::Array(Arc::new(arrow::array::BooleanArray::from(vec![true; n]))))
+    };
+    create_udf(name, vec![DataType::Int32], DataType::Boolean, Volatility::Stable, Arc::new(f))
+}
+
+/// `to_regtype(name)`: the type's OID, NULL when there is no such type.
+fn to_regtype(args: &[ColumnarValue]) -> Result<ColumnarValue, DataFusionError> {
+    let arrays = ColumnarValue::values_to_arrays(args)?;
+    let names = arrays
+        .first()
+        .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| DataFusionError::Plan("to_regtype() takes a type name".into()))?;
+    let oids: arrow::array::Int32Array = names
+        .iter()
+        .map(|n| {
+            n.and_then(|n| {
+                let n = n.trim().trim_start_matches("pg_catalog.").to_ascii_lowercase();
+                type_oids().get(&n).copied()
+            })
+        })
+        .collect();
+    Ok(ColumnarValue::Array(Arc::new(oids)))
 }
 
 /// Functions whose answer depends on the session: registered per statement.
@@ -160,7 +212,25 @@ pub fn session_udfs(database: &str, settings: &Settings) -> Vec<ScalarUDF> {
         let array: ArrayRef = Arc::new(StringArray::from(out));
         Ok(ColumnarValue::Array(array))
     };
+    let set_config = |args: &[ColumnarValue]| {
+        // Returns the new value, as PostgreSQL does; the gateway applies literal
+        // `SELECT set_config(...)` calls to the session before planning.
+        match args.get(1) {
+            Some(v) => Ok(v.clone()),
+            None => Err(DataFusionError::Plan("set_config(name, value, is_local)".into())),
+        }
+    };
     vec![
+        create_udf(
+            "set_config",
+            vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
+            DataType::Utf8,
+            Volatility::Volatile,
+            Arc::new(set_config),
+        ),
+        visible_udf("pg_type_is_visible"),
+        visible_udf("pg_function_is_visible"),
+        create_udf("to_regtype", vec![DataType::Utf8], DataType::Int32, Volatility::Stable, Arc::new(to_regtype)),
         constant_text_udf("version", version_string(), Volatility::Immutable),
         constant_text_udf("current_database", database.to_string(), Volatility::Stable),
         constant_text_udf("current_catalog", database.to_string(), Volatility::Stable),

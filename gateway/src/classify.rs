@@ -36,9 +36,11 @@ pub fn kind(statement: &Statement) -> StatementKind {
         S::Set(_) | S::ShowVariable { .. } | S::Reset(_) | S::Discard { .. } => {
             StatementKind::Session
         }
-        S::StartTransaction { .. } | S::Commit { .. } | S::Rollback { .. } => {
-            StatementKind::Transaction
-        }
+        S::StartTransaction { .. }
+        | S::Commit { .. }
+        | S::Rollback { .. }
+        | S::Savepoint { .. }
+        | S::ReleaseSavepoint { .. } => StatementKind::Transaction,
         S::Declare { .. } | S::Fetch { .. } | S::Close { .. } => StatementKind::Cursor,
         S::Insert(_) => StatementKind::Write("INSERT"),
         S::Update(_) => StatementKind::Write("UPDATE"),

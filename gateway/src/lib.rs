@@ -15,6 +15,7 @@
 //! - [`gateway`]: builds the services and runs the servers.
 //! - [`service`]: the protocol-neutral query pipeline.
 //! - [`classify`]: statement kinds and the tables a statement reads.
+//! - [`output_names`]: PostgreSQL's names for result columns.
 //! - [`session`]: per-connection settings and cursors.
 //! - [`frontend`]: wire protocols (`pg`).
 //! - [`demo`]: the demo estate.
@@ -26,6 +27,7 @@ pub mod demo;
 pub mod error;
 pub mod frontend;
 pub mod gateway;
+pub mod output_names;
 pub mod service;
 pub mod session;
 

@@ -20,6 +20,7 @@ use tracing::{debug, instrument};
 
 use crate::classify::{self, StatementKind};
 use crate::error::{Error, Result};
+use crate::output_names;
 use crate::session::{Cursor, Session};
 
 /// What a statement produced.
@@ -81,7 +82,12 @@ impl GatewayService {
     /// # Errors
     /// [`Error::Syntax`].
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        self.parser.parse(sql).map_err(|e| Error::Syntax { message: syntax_message(&e.to_string()) })
+        let mut statements = self
+            .parser
+            .parse(sql)
+            .map_err(|e| Error::Syntax { message: syntax_message(&e.to_string()) })?;
+        statements.iter_mut().for_each(rewrite_catalog_types);
+        Ok(statements)
     }
 
     /// Resolves every lake table the statement reads to its current version.
@@ -106,11 +112,21 @@ impl GatewayService {
     ) -> Result<Option<Described>> {
         match classify::kind(statement) {
             StatementKind::Query => {
-                let pins = self.pins(statement, session).await?;
+                let mut statement = statement.clone();
+                let names = output_names::apply(&mut statement);
+                let pins = self.pins(&statement, session).await?;
                 let settings = session.engine_settings();
-                let request =
-                    EngineRequest { statement, params: None, pins: &pins, settings: &settings };
-                Ok(Some(self.engine.describe(request).await?))
+                let request = EngineRequest {
+                    statement: &statement,
+                    params: None,
+                    pins: &pins,
+                    settings: &settings,
+                };
+                let mut described = self.engine.describe(request).await?;
+                if let Some(names) = names {
+                    described.schema = output_names::rename_schema(&described.schema, &names);
+                }
+                Ok(Some(described))
             }
             StatementKind::Session => match statement {
                 Statement::ShowVariable { variable } => {
@@ -147,14 +163,21 @@ impl GatewayService {
         tracing::Span::current().record("kind", tracing::field::debug(&kind));
         match kind {
             StatementKind::Query => {
+                apply_set_config(statement, session)?;
                 let stream = self.run_query(statement, params, session).await?;
                 Ok(QueryOutput::Rows { stream, tag: "SELECT" })
             }
             StatementKind::Session => self.session_statement(statement, session),
             StatementKind::Transaction => {
+                // Reads need no undo: savepoints are accepted and change nothing.
                 let (tag, effect) = match statement {
                     Statement::StartTransaction { .. } => ("BEGIN", TransactionEffect::Begin),
                     Statement::Commit { .. } => ("COMMIT", TransactionEffect::End),
+                    Statement::Savepoint { .. } => ("SAVEPOINT", TransactionEffect::None),
+                    Statement::ReleaseSavepoint { .. } => ("RELEASE", TransactionEffect::None),
+                    Statement::Rollback { savepoint: Some(_), .. } => {
+                        ("ROLLBACK", TransactionEffect::None)
+                    }
                     _ => ("ROLLBACK", TransactionEffect::End),
                 };
                 if effect == TransactionEffect::End {
@@ -174,13 +197,20 @@ impl GatewayService {
         params: Option<&ParamValues>,
         session: &Session,
     ) -> Result<SendableRecordBatchStream> {
+        let mut statement = statement.clone();
+        let names = output_names::apply(&mut statement);
+        let statement = &statement;
         let pins = self.pins(statement, session).await?;
         for ((schema, table), t) in pins.iter() {
             debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
         }
         let settings = session.engine_settings();
         let request = EngineRequest { statement, params, pins: &pins, settings: &settings };
-        Ok(self.engine.execute(request).await?)
+        let stream = self.engine.execute(request).await?;
+        Ok(match names {
+            Some(names) => output_names::rename_stream(stream, &names),
+            None => stream,
+        })
     }
 
     fn session_statement(&self, statement: &Statement, session: &mut Session) -> Result<QueryOutput> {
@@ -304,6 +334,64 @@ impl GatewayService {
             other => Err(unsupported(other)),
         }
     }
+}
+
+/// PostgreSQL's catalog types (`oid`, `regtype`, `name`, ...) in casts become the types the
+/// `pg_catalog` emulation uses (int4, text), so `$1::oid[]` (asyncpg) plans.
+fn rewrite_catalog_types(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{ArrayElemTypeDef, DataType as SqlType, visit_expressions_mut};
+    fn map(t: &mut SqlType) {
+        match t {
+            SqlType::Custom(name, _) => {
+                let n = name.to_string().to_ascii_lowercase();
+                let n = n.trim_start_matches("pg_catalog.").trim_matches('"');
+                match n {
+                    "oid" | "regtype" | "regproc" | "regprocedure" | "regnamespace" | "regrole"
+                    | "regoper" | "xid" | "cid" | "int2vector" | "oidvector" => *t = SqlType::Int(None),
+                    "name" => *t = SqlType::Text,
+                    _ => {}
+                }
+            }
+            SqlType::Array(ArrayElemTypeDef::SquareBracket(inner, _))
+            | SqlType::Array(ArrayElemTypeDef::AngleBracket(inner))
+            | SqlType::Array(ArrayElemTypeDef::Parenthesis(inner)) => map(inner),
+            _ => {}
+        }
+    }
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Expr::Cast { data_type, .. } = expr {
+            map(data_type);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `SELECT set_config('name', 'value', is_local)` with literal arguments changes the session
+/// like `SET` (asyncpg turns `jit` off this way).
+fn apply_set_config(statement: &Statement, session: &mut Session) -> Result<()> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr};
+    let Statement::Query(query) = statement else { return Ok(()) };
+    let SetExpr::Select(select) = query.body.as_ref() else { return Ok(()) };
+    for item in &select.projection {
+        let (SelectItem::UnnamedExpr(Expr::Function(f)) | SelectItem::ExprWithAlias { expr: Expr::Function(f), .. }) = item else {
+            continue;
+        };
+        if !f.name.to_string().to_ascii_lowercase().ends_with("set_config") {
+            continue;
+        }
+        let FunctionArguments::List(list) = &f.args else { continue };
+        let literal = |i: usize| match list.args.get(i) {
+            Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))) => match &v.value {
+                Value::SingleQuotedString(s) => Some(s.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let (Some(name), Some(value)) = (literal(0), literal(1)) {
+            session.set(&name, &value)?;
+        }
+    }
+    Ok(())
 }
 
 /// Applies a `SET` and returns the setting to report back, if clients track it.

@@ -250,6 +250,11 @@ impl Session {
         self.cursors.get_mut(name).ok_or_else(|| Error::CursorNotFound { name: name.to_string() })
     }
 
+    /// The columns of open cursor `name`, if it is open.
+    pub fn cursor_schema(&self, name: &str) -> Option<arrow::datatypes::SchemaRef> {
+        self.cursors.get(name).map(|c| c.schema.clone())
+    }
+
     /// Closes cursor `name` (`None`: all).
     ///
     /// # Errors
@@ -272,6 +277,12 @@ impl Session {
 
 /// Checks and normalises a value for a known setting.
 fn normalize(name: &str, value: &str) -> Result<String> {
+    // Drivers send some startup values quoted (asyncpg: client_encoding='utf-8').
+    let value = value.trim();
+    let value = value
+        .strip_prefix('\'')
+        .and_then(|v| v.strip_suffix('\''))
+        .unwrap_or(value);
     let invalid = |reason: &str| Error::InvalidSetting {
         name: name.to_string(),
         value: value.to_string(),

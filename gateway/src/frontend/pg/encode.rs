@@ -37,7 +37,20 @@ pub(crate) fn fields(
     format: &Format,
     options: Arc<FormatOptions>,
 ) -> PgWireResult<Vec<FieldInfo>> {
-    arrow_schema_to_pg_fields(schema, format, Some(options))
+    // A bare NULL column has no type; PostgreSQL calls it text, and drivers (asyncpg) refuse
+    // the `unknown` type in results.
+    let fields = arrow_schema_to_pg_fields(schema, format, Some(options.clone()))?;
+    Ok(fields
+        .into_iter()
+        .map(|f| {
+            if *f.datatype() == pgwire::api::Type::UNKNOWN {
+                FieldInfo::new(f.name().to_string(), None, None, pgwire::api::Type::TEXT, f.format())
+                    .with_format_options(options.clone())
+            } else {
+                f
+            }
+        })
+        .collect())
 }
 
 /// A streaming query response: each Arrow batch becomes data rows as it arrives.

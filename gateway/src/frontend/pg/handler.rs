@@ -14,8 +14,8 @@ use pgwire::api::auth::StartupHandler;
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{FieldInfo, Response, Tag};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler, send_describe_response};
+use pgwire::api::results::{DescribePortalResponse, FieldInfo, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
@@ -23,6 +23,7 @@ use pgwire::api::{
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_PORTAL};
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::startup::ParameterStatus;
 use tokio::sync::Mutex;
@@ -61,7 +62,7 @@ fn aborted() -> PgWireError {
 
 /// Whether a statement may run in a failed transaction (only ending it may).
 fn ends_transaction(statement: &Statement) -> bool {
-    matches!(statement, Statement::Rollback { .. } | Statement::Commit { .. })
+    matches!(statement, Statement::Rollback { savepoint: None, .. } | Statement::Commit { .. })
 }
 
 /// The pgwire handler set for one gateway.
@@ -208,6 +209,45 @@ fn session_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<SessionCell> {
     client.session_extensions().get_or_insert_with(|| Mutex::new(Session::new("lakegate", "public")))
 }
 
+/// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls
+/// whose argument types it could not infer (SQLAlchemy's `pg_get_constraintdef(oid, $1)`).
+fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
+    use datafusion::sql::sqlparser::ast::{DataType as SqlType, Expr, Value, visit_expressions_mut};
+    if types.iter().all(Option::is_none) {
+        return;
+    }
+    let sql_type = |t: &Type| -> Option<SqlType> {
+        Some(match *t {
+            Type::BOOL => SqlType::Boolean,
+            Type::INT2 => SqlType::SmallInt(None),
+            Type::INT4 => SqlType::Int(None),
+            Type::INT8 => SqlType::BigInt(None),
+            Type::FLOAT4 => SqlType::Real,
+            Type::FLOAT8 => SqlType::DoublePrecision,
+            Type::TEXT | Type::VARCHAR => SqlType::Text,
+            Type::DATE => SqlType::Date,
+            _ => return None,
+        })
+    };
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Expr::Value(v) = expr
+            && let Value::Placeholder(p) = &v.value
+            && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
+            && let Some(Some(t)) = types.get(n.wrapping_sub(1))
+            && let Some(data_type) = sql_type(t)
+        {
+            *expr = Expr::Cast {
+                kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+                array: false,
+                expr: Box::new(expr.clone()),
+                data_type,
+                format: None,
+            };
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
 /// A statement prepared by Parse: its SQL, AST and description.
 #[derive(Debug, Clone)]
 pub struct PgStatement {
@@ -228,7 +268,7 @@ impl QueryParser for PgParser {
         &self,
         client: &C,
         sql: &str,
-        _types: &[Option<Type>],
+        types: &[Option<Type>],
     ) -> PgWireResult<Self::Statement>
     where
         C: ClientInfo + Unpin + Send + Sync,
@@ -239,9 +279,10 @@ impl QueryParser for PgParser {
                 message: "cannot insert multiple commands into a prepared statement".into(),
             }));
         }
-        let Some(statement) = statements.pop() else {
+        let Some(mut statement) = statements.pop() else {
             return Ok(PgStatement { statement: None, described: None });
         };
+        type_placeholders(&mut statement, types);
         let session = session_of(client);
         let described = if client.transaction_status() == TransactionStatus::Error {
             None
@@ -390,6 +431,31 @@ impl ExtendedQueryHandler for PgQueryHandler {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Describe of a portal also finds SQL cursors opened by `DECLARE` (psycopg's named
+    /// cursors describe them this way).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            let name = message.name.as_deref().unwrap_or("");
+            if client.portal_store().get_portal(name).is_none() {
+                let cell = session_of(client);
+                let session = cell.lock().await;
+                if let Some(schema) = session.cursor_schema(name) {
+                    let fields = fields(&schema, &Format::UnifiedText, format_options(&session))?;
+                    drop(session);
+                    send_describe_response(client, &DescribePortalResponse::new(fields)).await?;
+                    return Ok(());
+                }
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     async fn do_query<C>(
