@@ -37,6 +37,9 @@ pub struct DataFusionOptions {
     pub target_partitions: usize,
     /// Rows per batch produced by scans and operators.
     pub batch_size: usize,
+    /// Memory all running queries may hold in buffers (sorts, joins, aggregates); a query that
+    /// needs more fails with "resources exhausted" instead of taking the gateway down.
+    pub memory_limit: usize,
 }
 
 impl Default for DataFusionOptions {
@@ -45,6 +48,7 @@ impl Default for DataFusionOptions {
             database: "lakegate".into(),
             target_partitions: std::thread::available_parallelism().map_or(2, |n| n.get()),
             batch_size: 8192,
+            memory_limit: 4 << 30,
         }
     }
 }
@@ -63,7 +67,9 @@ pub struct DataFusionEngine {
 
 impl std::fmt::Debug for DataFusionEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DataFusionEngine").field("database", &self.database).finish_non_exhaustive()
+        f.debug_struct("DataFusionEngine")
+            .field("database", &self.database)
+            .finish_non_exhaustive()
     }
 }
 
@@ -73,16 +79,25 @@ impl DataFusionEngine {
     /// # Errors
     /// When the `pg_catalog` emulation cannot be set up.
     pub fn try_new(lake: Arc<Lake>, options: DataFusionOptions) -> Result<Self> {
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_information_schema(true)
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(&options.database, "public")
             .with_target_partitions(options.target_partitions.max(1))
             .with_batch_size(options.batch_size.max(1));
-        let ctx = SessionContext::new_with_config(config);
+        // Round-robin repartitioning lets producers run ahead of a slow client through
+        // unbounded channels; results must stream at the client's pace instead.
+        config
+            .options_mut()
+            .optimizer
+            .enable_round_robin_repartition = false;
+        let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_limit(options.memory_limit.max(64 << 20), 1.0)
+            .build_arc()?;
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
         ctx.register_catalog(&options.database, Arc::new(MemoryCatalogProvider::new()));
         setup_pg_catalog(&ctx, &options.database, EmptyContextProvider)
-            .map_err(|e| Error::DataFusion(*e))?;
+            .map_err(Error::DataFusion)?;
         let pg_catalog = pg_catalog_schema(lake.clone(), options.database.clone())?;
         Ok(Self {
             lake,
@@ -103,9 +118,17 @@ impl DataFusionEngine {
             &DfStatement::Statement(Box::new(statement.clone())),
             true,
         )?;
-        let wants_listing = refs.iter().any(|r| r.schema() == Some("information_schema"))
-            || refs.iter().any(|r| r.schema().is_none() && r.table().starts_with("pg_"));
-        let mut current = self.directory.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let wants_listing = refs
+            .iter()
+            .any(|r| r.schema() == Some("information_schema"))
+            || refs
+                .iter()
+                .any(|r| r.schema().is_none() && r.table().starts_with("pg_"));
+        let mut current = self
+            .directory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if wants_listing || current.schemas.is_empty() {
             current = Arc::new(self.lake.directory().await?);
             *self.directory.lock().unwrap_or_else(|p| p.into_inner()) = current.clone();
@@ -169,7 +192,12 @@ pub fn ordered_param_types(
 ) -> Vec<Option<arrow::datatypes::DataType>> {
     let mut entries: Vec<(usize, Option<arrow::datatypes::DataType>)> = types
         .iter()
-        .filter_map(|(k, v)| k.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, v.clone())))
+        .filter_map(|(k, v)| {
+            k.trim_start_matches('$')
+                .parse::<usize>()
+                .ok()
+                .map(|i| (i, v.clone()))
+        })
         .collect();
     entries.sort_by_key(|(i, _)| *i);
     let len = entries.last().map_or(0, |(i, _)| *i);
@@ -192,7 +220,10 @@ impl Engine for DataFusionEngine {
         let ctx = self.context(&request).await?;
         let plan = self.plan(&ctx, request.statement).await?;
         let param_types = ordered_param_types(&plan.get_parameter_types()?);
-        Ok(Described { param_types, schema: Arc::new(plan.schema().as_arrow().clone()) })
+        Ok(Described {
+            param_types,
+            schema: Arc::new(plan.schema().as_arrow().clone()),
+        })
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
@@ -201,7 +232,7 @@ impl Engine for DataFusionEngine {
         if let Some(params) = request.params {
             plan = plan.replace_params_with_values(params)?;
         } else if !plan.get_parameter_types()?.is_empty() {
-            return Err(Error::DataFusion(DataFusionError::Plan(
+            return Err(Error::from(DataFusionError::Plan(
                 "statement has $n placeholders but no parameters were bound".into(),
             )));
         }
@@ -246,7 +277,12 @@ impl CatalogProvider for LakeCatalog {
             lake: self.lake.clone(),
             schema: name.to_string(),
             pins: self.pins.clone(),
-            names: self.directory.schemas.get(name).cloned().unwrap_or_default(),
+            names: self
+                .directory
+                .schemas
+                .get(name)
+                .cloned()
+                .unwrap_or_default(),
         }))
     }
 }
@@ -305,7 +341,14 @@ mod tests {
     fn parameters_are_ordered_numerically() {
         let mut types = HashMap::new();
         for i in 1..=11 {
-            types.insert(format!("${i}"), Some(if i == 10 { DataType::Utf8 } else { DataType::Int64 }));
+            types.insert(
+                format!("${i}"),
+                Some(if i == 10 {
+                    DataType::Utf8
+                } else {
+                    DataType::Int64
+                }),
+            );
         }
         let ordered = ordered_param_types(&types);
         assert_eq!(ordered.len(), 11);

@@ -25,7 +25,8 @@ pub struct Pins {
 impl Pins {
     /// Pins `table` under `schema.name`.
     pub fn insert(&mut self, schema: &str, name: &str, table: ResolvedTable) {
-        self.tables.insert((schema.to_string(), name.to_string()), table);
+        self.tables
+            .insert((schema.to_string(), name.to_string()), table);
     }
 
     /// The pinned version of `schema.name`, if any.
@@ -81,7 +82,10 @@ impl Settings {
 
     /// The schema unqualified names resolve to.
     pub fn default_schema(&self) -> &str {
-        self.search_path.first().map(String::as_str).unwrap_or("public")
+        self.search_path
+            .first()
+            .map(String::as_str)
+            .unwrap_or("public")
     }
 }
 

@@ -57,7 +57,7 @@ pub enum Error {
         /// The catalog's name.
         catalog: String,
         /// The underlying error.
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// The catalog's SQL database failed.
     #[error("catalog database query failed: {0}")]
@@ -76,10 +76,10 @@ pub enum Error {
     },
     /// Iceberg failed to read table metadata or data.
     #[error("iceberg: {0}")]
-    Iceberg(#[from] iceberg::Error),
+    Iceberg(Box<iceberg::Error>),
     /// DataFusion failed to plan or run the statement.
     #[error("{}", datafusion_message(.0))]
-    DataFusion(#[from] DataFusionError),
+    DataFusion(Box<DataFusionError>),
     /// The statement was cancelled (client cancel request or timeout).
     #[error("canceling statement due to user request")]
     Canceled,
@@ -89,6 +89,18 @@ pub enum Error {
         /// What was asked for.
         what: String,
     },
+}
+
+impl From<iceberg::Error> for Error {
+    fn from(e: iceberg::Error) -> Self {
+        Self::Iceberg(Box::new(e))
+    }
+}
+
+impl From<DataFusionError> for Error {
+    fn from(e: DataFusionError) -> Self {
+        Self::DataFusion(Box::new(e))
+    }
 }
 
 /// Short form of `Result` with this crate's error.
@@ -198,8 +210,14 @@ mod tests {
 
     #[test]
     fn plan_messages_map_to_kinds() {
-        assert_eq!(plan_kind("Invalid function 'foo'"), ErrorKind::UndefinedFunction);
-        assert_eq!(plan_kind("table 'a.b.c' not found"), ErrorKind::UndefinedTable);
+        assert_eq!(
+            plan_kind("Invalid function 'foo'"),
+            ErrorKind::UndefinedFunction
+        );
+        assert_eq!(
+            plan_kind("table 'a.b.c' not found"),
+            ErrorKind::UndefinedTable
+        );
         assert_eq!(
             plan_kind("Cannot infer common argument type for comparison"),
             ErrorKind::DatatypeMismatch

@@ -25,7 +25,9 @@ use postgres_types::Type;
 use crate::system_catalog::LakeCatalogInfo;
 
 /// The PostgreSQL storage facts of a type: (oid, typlen, byval, align, storage, typmod, ndims).
-pub fn pg_type_facts(data_type: &DataType) -> (i32, i16, bool, &'static str, &'static str, i32, i32) {
+pub fn pg_type_facts(
+    data_type: &DataType,
+) -> (i32, i16, bool, &'static str, &'static str, i32, i32) {
     let ty = arrow_pg::datatypes::into_pg_type(data_type).unwrap_or(Type::TEXT);
     let oid = ty.oid() as i32;
     let typmod = match data_type {
@@ -50,7 +52,15 @@ pub fn pg_type_facts(data_type: &DataType) -> (i32, i16, bool, &'static str, &'s
             _ => (-1, false, "i", "x"),
         }
     };
-    (oid, len, byval, align, storage, typmod, if array { 1 } else { 0 })
+    (
+        oid,
+        len,
+        byval,
+        align,
+        storage,
+        typmod,
+        if array { 1 } else { 0 },
+    )
 }
 
 /// `pg_attribute` rows from `datafusion-pg-catalog`, with types corrected.
@@ -64,8 +74,18 @@ pub struct PgAttribute {
 
 impl PgAttribute {
     /// Wraps the `pg_catalog` schema `inner` whose `pg_attribute` has the schema `schema`.
-    pub fn new(inner: Arc<dyn SchemaProvider>, info: LakeCatalogInfo, database: String, schema: SchemaRef) -> Self {
-        Self { inner, info, database, schema }
+    pub fn new(
+        inner: Arc<dyn SchemaProvider>,
+        info: LakeCatalogInfo,
+        database: String,
+        schema: SchemaRef,
+    ) -> Self {
+        Self {
+            inner,
+            info,
+            database,
+            schema,
+        }
     }
 
     async fn collect(&self, state: &dyn Session, table: &str) -> Result<Vec<RecordBatch>> {
@@ -113,22 +133,32 @@ impl PgAttribute {
                 .and_then(|c| c.as_any().downcast_ref::<Int16Array>())
                 .ok_or_else(|| DataFusionError::Plan("pg_attribute.attnum".into()))?;
             let n = batch.num_rows();
-            let (mut typid, mut len, mut byval, mut align, mut storage, mut typmod, mut ndims) =
-                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n),
-                 Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            let (mut typid, mut len, mut byval, mut align, mut storage, mut typmod, mut ndims) = (
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+                Vec::with_capacity(n),
+            );
             for i in 0..n {
                 let relid = relids.value(i);
-                if !schemas.contains_key(&relid) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = schemas.entry(relid) {
                     let schema = match relations.get(&relid) {
                         Some((s, t)) => self.info.table_schema(&self.database, s, t).await?,
                         None => None,
                     };
-                    schemas.insert(relid, schema);
+                    slot.insert(schema);
                 }
                 let field_type = schemas
                     .get(&relid)
                     .and_then(|s| s.as_ref())
-                    .and_then(|s| s.fields().get(attnums.value(i) as usize - 1).map(|f| f.data_type().clone()))
+                    .and_then(|s| {
+                        s.fields()
+                            .get(attnums.value(i) as usize - 1)
+                            .map(|f| f.data_type().clone())
+                    })
                     .unwrap_or(DataType::Utf8);
                 let (o, l, b, a, st, m, d) = pg_type_facts(&field_type);
                 typid.push(o);
@@ -147,10 +177,22 @@ impl PgAttribute {
             };
             replace(&mut columns, "atttypid", Arc::new(Int32Array::from(typid)));
             replace(&mut columns, "attlen", Arc::new(Int16Array::from(len)));
-            replace(&mut columns, "attbyval", Arc::new(BooleanArray::from(byval)));
+            replace(
+                &mut columns,
+                "attbyval",
+                Arc::new(BooleanArray::from(byval)),
+            );
             replace(&mut columns, "attalign", Arc::new(StringArray::from(align)));
-            replace(&mut columns, "attstorage", Arc::new(StringArray::from(storage)));
-            replace(&mut columns, "atttypmod", Arc::new(Int32Array::from(typmod)));
+            replace(
+                &mut columns,
+                "attstorage",
+                Arc::new(StringArray::from(storage)),
+            );
+            replace(
+                &mut columns,
+                "atttypmod",
+                Arc::new(Int32Array::from(typmod)),
+            );
             replace(&mut columns, "attndims", Arc::new(Int32Array::from(ndims)));
             out.push(RecordBatch::try_new(batch.schema(), columns)?);
         }
@@ -208,7 +250,11 @@ pub struct PgCatalogSchema {
 impl PgCatalogSchema {
     /// Wraps the library's `pg_catalog` schema.
     pub fn new(inner: Arc<dyn SchemaProvider>, info: LakeCatalogInfo, database: String) -> Self {
-        Self { inner, info, database }
+        Self {
+            inner,
+            info,
+            database,
+        }
     }
 }
 
@@ -251,7 +297,10 @@ mod tests {
     fn types_that_bi_tools_need() {
         let tz = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
         assert_eq!(pg_type_facts(&tz).0, 1184);
-        assert_eq!(pg_type_facts(&DataType::Timestamp(TimeUnit::Microsecond, None)).0, 1114);
+        assert_eq!(
+            pg_type_facts(&DataType::Timestamp(TimeUnit::Microsecond, None)).0,
+            1114
+        );
         let (oid, _, _, _, _, typmod, _) = pg_type_facts(&DataType::Decimal128(12, 2));
         assert_eq!((oid, typmod), (1700, (12 << 16 | 2) + 4));
         let list = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));

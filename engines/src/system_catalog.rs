@@ -101,7 +101,10 @@ impl CatalogInfo for LakeCatalogInfo {
         schema: &str,
         table: &str,
     ) -> Result<Option<TableType>, DataFusionError> {
-        Ok(self.table_schema(catalog, schema, table).await?.map(|_| TableType::Base))
+        Ok(self
+            .table_schema(catalog, schema, table)
+            .await?
+            .map(|_| TableType::Base))
     }
 }
 
@@ -116,13 +119,20 @@ pub fn pg_catalog_schema(
 ) -> Result<Arc<dyn SchemaProvider>, DataFusionError> {
     let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
     let info = LakeCatalogInfo::new(lake, database.clone());
-    let provider = PgCatalogSchemaProvider::try_new(info.clone(), static_tables, EmptyContextProvider)?;
-    Ok(Arc::new(crate::pg_attribute::PgCatalogSchema::new(Arc::new(provider), info, database)))
+    let provider =
+        PgCatalogSchemaProvider::try_new(info.clone(), static_tables, EmptyContextProvider)?;
+    Ok(Arc::new(crate::pg_attribute::PgCatalogSchema::new(
+        Arc::new(provider),
+        info,
+        database,
+    )))
 }
 
 fn constant_text_udf(name: &str, value: String, volatility: Volatility) -> ScalarUDF {
     let func = move |_args: &[ColumnarValue]| {
-        Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Utf8(Some(value.clone()))))
+        Ok(ColumnarValue::Scalar(
+            datafusion::scalar::ScalarValue::Utf8(Some(value.clone())),
+        ))
     };
     create_udf(name, vec![], DataType::Utf8, volatility, Arc::new(func))
 }
@@ -139,10 +149,17 @@ fn type_oids() -> &'static std::collections::HashMap<String, i32> {
             }
         }
         for (alias, name) in [
-            ("integer", "int4"), ("int", "int4"), ("bigint", "int8"), ("smallint", "int2"),
-            ("boolean", "bool"), ("real", "float4"), ("double precision", "float8"),
-            ("character varying", "varchar"), ("decimal", "numeric"),
-            ("timestamp without time zone", "timestamp"), ("timestamp with time zone", "timestamptz"),
+            ("integer", "int4"),
+            ("int", "int4"),
+            ("bigint", "int8"),
+            ("smallint", "int2"),
+            ("boolean", "bool"),
+            ("real", "float4"),
+            ("double precision", "float8"),
+            ("character varying", "varchar"),
+            ("decimal", "numeric"),
+            ("timestamp without time zone", "timestamp"),
+            ("timestamp with time zone", "timestamptz"),
             ("time without time zone", "time"),
         ] {
             if let Some(oid) = map.get(name).copied() {
@@ -158,9 +175,17 @@ fn visible_udf(name: &str) -> ScalarUDF {
     let f = |args: &[ColumnarValue]| {
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let n = arrays.first().map_or(1, |a| a.len());
-        Ok(ColumnarValue::Array(Arc::new(arrow::array::BooleanArray::from(vec![true; n]))))
+        Ok(ColumnarValue::Array(Arc::new(
+            arrow::array::BooleanArray::from(vec![true; n]),
+        )))
     };
-    create_udf(name, vec![DataType::Int32], DataType::Boolean, Volatility::Stable, Arc::new(f))
+    create_udf(
+        name,
+        vec![DataType::Int32],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(f),
+    )
 }
 
 /// `to_regtype(name)`: the type's OID, NULL when there is no such type.
@@ -174,7 +199,10 @@ fn to_regtype(args: &[ColumnarValue]) -> Result<ColumnarValue, DataFusionError> 
         .iter()
         .map(|n| {
             n.and_then(|n| {
-                let n = n.trim().trim_start_matches("pg_catalog.").to_ascii_lowercase();
+                let n = n
+                    .trim()
+                    .trim_start_matches("pg_catalog.")
+                    .to_ascii_lowercase();
                 type_oids().get(&n).copied()
             })
         })
@@ -184,7 +212,11 @@ fn to_regtype(args: &[ColumnarValue]) -> Result<ColumnarValue, DataFusionError> 
 
 /// Functions whose answer depends on the session: registered per statement.
 pub fn session_udfs(database: &str, settings: &Settings) -> Vec<ScalarUDF> {
-    let schema = settings.search_path.first().cloned().unwrap_or_else(|| "public".to_string());
+    let schema = settings
+        .search_path
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "public".to_string());
     let settings_for_lookup = settings.clone();
     let current_setting = move |args: &[ColumnarValue]| {
         let arrays = ColumnarValue::values_to_arrays(args)?;
@@ -217,7 +249,9 @@ pub fn session_udfs(database: &str, settings: &Settings) -> Vec<ScalarUDF> {
         // `SELECT set_config(...)` calls to the session before planning.
         match args.get(1) {
             Some(v) => Ok(v.clone()),
-            None => Err(DataFusionError::Plan("set_config(name, value, is_local)".into())),
+            None => Err(DataFusionError::Plan(
+                "set_config(name, value, is_local)".into(),
+            )),
         }
     };
     vec![
@@ -230,7 +264,13 @@ pub fn session_udfs(database: &str, settings: &Settings) -> Vec<ScalarUDF> {
         ),
         visible_udf("pg_type_is_visible"),
         visible_udf("pg_function_is_visible"),
-        create_udf("to_regtype", vec![DataType::Utf8], DataType::Int32, Volatility::Stable, Arc::new(to_regtype)),
+        create_udf(
+            "to_regtype",
+            vec![DataType::Utf8],
+            DataType::Int32,
+            Volatility::Stable,
+            Arc::new(to_regtype),
+        ),
         constant_text_udf("version", version_string(), Volatility::Immutable),
         constant_text_udf("current_database", database.to_string(), Volatility::Stable),
         constant_text_udf("current_catalog", database.to_string(), Volatility::Stable),

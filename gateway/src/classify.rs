@@ -72,8 +72,12 @@ pub fn lake_tables(statement: &Statement, default_schema: &str) -> Result<Vec<Ta
         true,
     )
     .map_err(lakegate_engines::Error::from)?;
+    let functions = table_functions(statement);
     let mut out: Vec<TableName> = Vec::new();
     for r in refs {
+        if r.schema().is_none() && functions.iter().any(|f| f == r.table()) {
+            continue;
+        }
         let schema = r.schema().unwrap_or(default_schema).to_string();
         let table = r.table().to_string();
         if SYSTEM_SCHEMAS.contains(&schema.as_str())
@@ -88,6 +92,30 @@ pub fn lake_tables(statement: &Statement, default_schema: &str) -> Result<Vec<Ta
     Ok(out)
 }
 
+/// Names called as table functions in FROM (`generate_series(1, 10)`), which are not tables.
+fn table_functions(statement: &Statement) -> Vec<String> {
+    use datafusion::sql::sqlparser::ast::{TableFactor, Visit, Visitor};
+    use std::ops::ControlFlow;
+    struct Calls(Vec<String>);
+    impl Visitor for Calls {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+            if let TableFactor::Table {
+                name,
+                args: Some(_),
+                ..
+            } = factor
+            {
+                self.0.push(name.to_string().to_ascii_lowercase());
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut calls = Calls(Vec::new());
+    let _ = statement.visit(&mut calls);
+    calls.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,7 +123,9 @@ mod tests {
     use datafusion::sql::sqlparser::parser::Parser;
 
     fn parse(sql: &str) -> Statement {
-        Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("valid SQL").remove(0)
+        Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("valid SQL")
+            .remove(0)
     }
 
     #[test]
@@ -134,10 +164,23 @@ mod tests {
     }
 
     #[test]
+    fn table_functions_are_not_tables() {
+        let s = parse("SELECT * FROM generate_series(1, 10) g JOIN orders o ON o.id = g.value");
+        let t = lake_tables(&s, "public").expect("resolves");
+        assert_eq!(t, vec![("public".to_string(), "orders".to_string())]);
+    }
+
+    #[test]
     fn quoted_names_keep_their_case() {
         let s = parse("SELECT * FROM \"Mixed\".\"Case\", plain");
         let t = lake_tables(&s, "public").expect("resolves");
-        assert!(t.contains(&("Mixed".to_string(), "Case".to_string())), "{t:?}");
-        assert!(t.contains(&("public".to_string(), "plain".to_string())), "{t:?}");
+        assert!(
+            t.contains(&("Mixed".to_string(), "Case".to_string())),
+            "{t:?}"
+        );
+        assert!(
+            t.contains(&("public".to_string(), "plain".to_string())),
+            "{t:?}"
+        );
     }
 }

@@ -78,6 +78,8 @@ pub struct DataFusionConfig {
     pub target_partitions: usize,
     /// Rows per batch (default 8192).
     pub batch_size: usize,
+    /// Memory, in MiB, that running queries may hold in operator buffers (default 4096).
+    pub memory_limit_mb: usize,
 }
 
 impl Default for DataFusionConfig {
@@ -85,6 +87,7 @@ impl Default for DataFusionConfig {
         Self {
             target_partitions: std::thread::available_parallelism().map_or(2, |n| n.get()),
             batch_size: 8192,
+            memory_limit_mb: 4096,
         }
     }
 }
@@ -156,7 +159,10 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the setting and its flag.
     pub fn validate(&self) -> Result<()> {
-        let bad = |setting: &str, reason: String| Error::Config { setting: setting.into(), reason };
+        let bad = |setting: &str, reason: String| Error::Config {
+            setting: setting.into(),
+            reason,
+        };
         if self.catalog.uri.trim().is_empty() {
             return Err(bad(
                 "catalog.uri",
@@ -175,7 +181,10 @@ impl Config {
         {
             return Err(bad(
                 "catalog.warehouse",
-                format!("`{}` must be an absolute file:/// URI", self.catalog.warehouse),
+                format!(
+                    "`{}` must be an absolute file:/// URI",
+                    self.catalog.warehouse
+                ),
             ));
         }
         self.pg_listen_addr()?;
@@ -235,7 +244,10 @@ mod tests {
     #[test]
     fn flags_override_the_file_and_bad_values_name_the_setting() {
         let mut c = Config::from_toml("[pg]\nlisten = \"127.0.0.1:1\"\n").expect("parses");
-        c.apply(&Overrides { pg_listen: Some("nonsense".into()), ..Default::default() });
+        c.apply(&Overrides {
+            pg_listen: Some("nonsense".into()),
+            ..Default::default()
+        });
         assert_eq!(c.pg.listen, "nonsense");
         let err = c.pg_listen_addr().expect_err("bad address");
         assert!(err.to_string().contains("pg.listen"), "{err}");

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::prelude::SessionContext;
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 use arrow::record_batch::RecordBatch;
+use datafusion::prelude::SessionContext;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataFileFormat, Literal, PartitionKey, Struct};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -25,9 +25,9 @@ use iceberg::writer::file_writer::location_generator::{
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use iceberg::{Catalog, NamespaceIdent, TableCreation};
-use parquet::file::properties::WriterProperties;
 use iceberg_datafusion::IcebergCatalogProvider;
 use lakegate_engines::{Lake, LakeConfig};
+use parquet::file::properties::WriterProperties;
 use tracing::info;
 
 use crate::error::{Error, Result};
@@ -64,7 +64,10 @@ async fn append_partition(
         schema,
         Struct::from_iter([Some(Literal::date(day))]),
     );
-    let mut writer = DataFileWriterBuilder::new(rolling).build(Some(key)).await.map_err(ice)?;
+    let mut writer = DataFileWriterBuilder::new(rolling)
+        .build(Some(key))
+        .await
+        .map_err(ice)?;
     for batch in batches {
         let columns = batch
             .columns()
@@ -79,7 +82,11 @@ async fn append_partition(
     }
     let files = writer.close().await.map_err(ice)?;
     let tx = Transaction::new(&table);
-    let tx = tx.fast_append().add_data_files(files).apply(tx).map_err(ice)?;
+    let tx = tx
+        .fast_append()
+        .add_data_files(files)
+        .apply(tx)
+        .map_err(ice)?;
     tx.commit(catalog.as_ref()).await.map_err(ice)
 }
 
@@ -129,18 +136,33 @@ pub async fn create(options: &DemoOptions) -> Result<LakeConfig> {
     let lake = Lake::connect(config.clone()).await?;
     let catalog = lake.catalog().clone();
     let ns = NamespaceIdent::new("public".into());
-    if catalog.namespace_exists(&ns).await.map_err(lakegate_engines::Error::from)? {
+    if catalog
+        .namespace_exists(&ns)
+        .await
+        .map_err(lakegate_engines::Error::from)?
+    {
         info!(dir = %dir.display(), "demo estate already exists");
         return Ok(config);
     }
-    catalog.create_namespace(&ns, HashMap::new()).await.map_err(lakegate_engines::Error::from)?;
+    catalog
+        .create_namespace(&ns, HashMap::new())
+        .await
+        .map_err(lakegate_engines::Error::from)?;
 
     let orders = Schema::builder()
         .with_fields(vec![
             field(1, "order_id", PrimitiveType::Long, true),
             field(2, "customer_id", PrimitiveType::Long, true),
             field(3, "order_ts", PrimitiveType::Timestamptz, true),
-            field(4, "amount", PrimitiveType::Decimal { precision: 12, scale: 2 }, false),
+            field(
+                4,
+                "amount",
+                PrimitiveType::Decimal {
+                    precision: 12,
+                    scale: 2,
+                },
+                false,
+            ),
             field(5, "status", PrimitiveType::String, false),
             field(6, "region", PrimitiveType::String, false),
         ])
@@ -175,12 +197,17 @@ pub async fn create(options: &DemoOptions) -> Result<LakeConfig> {
         ("customers", customers, None),
         ("events", events, None),
     ] {
-        let creation = TableCreation::builder().name(name.to_string()).schema(schema);
+        let creation = TableCreation::builder()
+            .name(name.to_string())
+            .schema(schema);
         let creation = match spec {
             Some(spec) => creation.partition_spec(spec).build(),
             None => creation.build(),
         };
-        catalog.create_table(&ns, creation).await.map_err(lakegate_engines::Error::from)?;
+        catalog
+            .create_table(&ns, creation)
+            .await
+            .map_err(lakegate_engines::Error::from)?;
     }
 
     let ctx = SessionContext::new();

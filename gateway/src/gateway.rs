@@ -27,9 +27,10 @@ impl Gateway {
     pub async fn build(config: Config) -> Result<Self> {
         config.validate()?;
         let lake = Arc::new(Lake::connect(config.lake()).await.map_err(|e| match e {
-            lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => {
-                Error::Config { setting: setting.into(), reason }
-            }
+            lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => Error::Config {
+                setting: setting.into(),
+                reason,
+            },
             other => Error::Engine(other),
         })?);
         let engine: Arc<dyn Engine> = Arc::new(DataFusionEngine::try_new(
@@ -38,6 +39,7 @@ impl Gateway {
                 database: config.pg.database.clone(),
                 target_partitions: config.datafusion.target_partitions,
                 batch_size: config.datafusion.batch_size,
+                memory_limit: config.datafusion.memory_limit_mb.saturating_mul(1 << 20),
             },
         )?);
         let service = Arc::new(GatewayService::new(lake, engine));

@@ -9,7 +9,11 @@ use lakegate_gateway::{Gateway, demo};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "lakegate", version, about = "A SQL gateway for Apache Iceberg lakehouses")]
+#[command(
+    name = "lakegate",
+    version,
+    about = "A SQL gateway for Apache Iceberg lakehouses"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -91,7 +95,12 @@ async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = match cli.command {
         Command::Serve { config, flags } => Config::load(config.as_deref(), &flags.overrides())?,
-        Command::Demo { dir, order_commits, no_serve, flags } => {
+        Command::Demo {
+            dir,
+            order_commits,
+            no_serve,
+            flags,
+        } => {
             let lake = demo::create(&demo::DemoOptions {
                 dir,
                 order_commits,
@@ -100,7 +109,10 @@ async fn run() -> anyhow::Result<()> {
             .await
             .context("creating the demo estate")?;
             if no_serve {
-                println!("demo estate ready: --catalog-uri {} --warehouse {}", lake.uri, lake.warehouse);
+                println!(
+                    "demo estate ready: --catalog-uri {} --warehouse {}",
+                    lake.uri, lake.warehouse
+                );
                 return Ok(());
             }
             let mut overrides = flags.overrides();

@@ -17,10 +17,17 @@ use futures::StreamExt;
 /// Aliases the unaliased items of a top-level `SELECT` with PostgreSQL's names and returns the
 /// names the result must carry (`None`: leave the engine's names, e.g. for `SELECT *`).
 pub fn apply(statement: &mut Statement) -> Option<Vec<String>> {
-    let Statement::Query(query) = statement else { return None };
-    let SetExpr::Select(select) = query.body.as_mut() else { return None };
+    let Statement::Query(query) = statement else {
+        return None;
+    };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return None;
+    };
     if select.projection.iter().any(|i| {
-        matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(_, _))
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(_, _)
+        )
     }) {
         return None;
     }
@@ -45,7 +52,10 @@ pub fn apply(statement: &mut Statement) -> Option<Vec<String>> {
                     }
                     used.push(internal.clone());
                     let alias = Ident::with_quote('"', internal);
-                    *item = SelectItem::ExprWithAlias { expr: expr.clone(), alias };
+                    *item = SelectItem::ExprWithAlias {
+                        expr: expr.clone(),
+                        alias,
+                    };
                     names.push(name);
                 }
             },
@@ -56,7 +66,11 @@ pub fn apply(statement: &mut Statement) -> Option<Vec<String>> {
 }
 
 fn normalize(i: &Ident) -> String {
-    if i.quote_style.is_some() { i.value.clone() } else { i.value.to_ascii_lowercase() }
+    if i.quote_style.is_some() {
+        i.value.clone()
+    } else {
+        i.value.to_ascii_lowercase()
+    }
 }
 
 /// The name PostgreSQL gives an unaliased expression.
@@ -68,7 +82,9 @@ fn pg_name(expr: &Expr) -> String {
             Some(ObjectNamePart::Identifier(i)) => normalize(i),
             _ => "?column?".into(),
         },
-        Expr::Cast { expr, data_type, .. } => match expr.as_ref() {
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
             Expr::Value(_) => data_type.to_string().to_ascii_lowercase(),
             inner => pg_name(inner),
         },
@@ -96,7 +112,10 @@ pub fn rename_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
 }
 
 /// The stream with its result columns renamed.
-pub fn rename_stream(stream: SendableRecordBatchStream, names: &[String]) -> SendableRecordBatchStream {
+pub fn rename_stream(
+    stream: SendableRecordBatchStream,
+    names: &[String],
+) -> SendableRecordBatchStream {
     let schema = rename_schema(&stream.schema(), names);
     if Arc::ptr_eq(&schema, &stream.schema()) {
         return stream;
@@ -104,7 +123,10 @@ pub fn rename_stream(stream: SendableRecordBatchStream, names: &[String]) -> Sen
     let out = schema.clone();
     let renamed = stream.map(move |batch| {
         let batch = batch?;
-        Ok(arrow::record_batch::RecordBatch::try_new(out.clone(), batch.columns().to_vec())?)
+        Ok(arrow::record_batch::RecordBatch::try_new(
+            out.clone(),
+            batch.columns().to_vec(),
+        )?)
     });
     Box::pin(RecordBatchStreamAdapter::new(schema, renamed))
 }
@@ -116,14 +138,18 @@ mod tests {
     use datafusion::sql::sqlparser::parser::Parser;
 
     fn names(sql: &str) -> Option<Vec<String>> {
-        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("valid").remove(0);
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("valid")
+            .remove(0);
         apply(&mut s)
     }
 
     #[test]
     fn names_follow_postgres() {
         assert_eq!(
-            names("SELECT count(*), sum(o.amount), o.status, x::text, 1 + 1, now() AS t, \"Mixed\" FROM o"),
+            names(
+                "SELECT count(*), sum(o.amount), o.status, x::text, 1 + 1, now() AS t, \"Mixed\" FROM o"
+            ),
             Some(vec![
                 "count".to_string(),
                 "sum".into(),
@@ -145,6 +171,9 @@ mod tests {
         let got = apply(&mut s);
         assert_eq!(got, Some(vec!["count".to_string(), "count".into()]));
         let sql = s.to_string();
-        assert!(sql.contains("AS \"count\"") && sql.contains("AS \"count_1\""), "{sql}");
+        assert!(
+            sql.contains("AS \"count\"") && sql.contains("AS \"count_1\""),
+            "{sql}"
+        );
     }
 }

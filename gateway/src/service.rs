@@ -13,9 +13,9 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::StreamExt;
-use sync_wrapper::SyncWrapper;
 use lakegate_engines::engine::Described;
 use lakegate_engines::{Engine, EngineRequest, Lake, Pins};
+use sync_wrapper::SyncWrapper;
 use tracing::{debug, instrument};
 
 use crate::classify::{self, StatementKind};
@@ -60,7 +60,11 @@ pub enum TransactionEffect {
 
 impl Command {
     fn new(tag: impl Into<String>) -> Self {
-        Self { tag: tag.into(), transaction: TransactionEffect::None, changed_setting: None }
+        Self {
+            tag: tag.into(),
+            transaction: TransactionEffect::None,
+            changed_setting: None,
+        }
     }
 }
 
@@ -74,7 +78,11 @@ pub struct GatewayService {
 impl GatewayService {
     /// A service over `lake`, executing on `engine`.
     pub fn new(lake: Arc<Lake>, engine: Arc<dyn Engine>) -> Self {
-        Self { lake, engine, parser: PostgresCompatibilityParser::new() }
+        Self {
+            lake,
+            engine,
+            parser: PostgresCompatibilityParser::new(),
+        }
     }
 
     /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).
@@ -82,10 +90,9 @@ impl GatewayService {
     /// # Errors
     /// [`Error::Syntax`].
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        let mut statements = self
-            .parser
-            .parse(sql)
-            .map_err(|e| Error::Syntax { message: syntax_message(&e.to_string()) })?;
+        let mut statements = self.parser.parse(sql).map_err(|e| Error::Syntax {
+            message: syntax_message(&e.to_string()),
+        })?;
         statements.iter_mut().for_each(rewrite_catalog_types);
         Ok(statements)
     }
@@ -131,14 +138,20 @@ impl GatewayService {
             StatementKind::Session => match statement {
                 Statement::ShowVariable { variable } => {
                     let name = show_name(variable);
-                    Ok(Some(Described { param_types: vec![], schema: show_schema(&name) }))
+                    Ok(Some(Described {
+                        param_types: vec![],
+                        schema: show_schema(&name),
+                    }))
                 }
                 _ => Ok(None),
             },
             StatementKind::Cursor => match statement {
                 Statement::Fetch { name, .. } => {
                     let schema = session.cursor(&name.value)?.schema.clone();
-                    Ok(Some(Described { param_types: vec![], schema }))
+                    Ok(Some(Described {
+                        param_types: vec![],
+                        schema,
+                    }))
                 }
                 _ => Ok(None),
             },
@@ -165,7 +178,10 @@ impl GatewayService {
             StatementKind::Query => {
                 apply_set_config(statement, session)?;
                 let stream = self.run_query(statement, params, session).await?;
-                Ok(QueryOutput::Rows { stream, tag: "SELECT" })
+                Ok(QueryOutput::Rows {
+                    stream,
+                    tag: "SELECT",
+                })
             }
             StatementKind::Session => self.session_statement(statement, session),
             StatementKind::Transaction => {
@@ -175,15 +191,18 @@ impl GatewayService {
                     Statement::Commit { .. } => ("COMMIT", TransactionEffect::End),
                     Statement::Savepoint { .. } => ("SAVEPOINT", TransactionEffect::None),
                     Statement::ReleaseSavepoint { .. } => ("RELEASE", TransactionEffect::None),
-                    Statement::Rollback { savepoint: Some(_), .. } => {
-                        ("ROLLBACK", TransactionEffect::None)
-                    }
+                    Statement::Rollback {
+                        savepoint: Some(_), ..
+                    } => ("ROLLBACK", TransactionEffect::None),
                     _ => ("ROLLBACK", TransactionEffect::End),
                 };
                 if effect == TransactionEffect::End {
                     session.end_transaction();
                 }
-                Ok(QueryOutput::Command(Command { transaction: effect, ..Command::new(tag) }))
+                Ok(QueryOutput::Command(Command {
+                    transaction: effect,
+                    ..Command::new(tag)
+                }))
             }
             StatementKind::Cursor => self.cursor_statement(statement, params, session).await,
             StatementKind::Write(verb) => Err(read_only(verb)),
@@ -205,7 +224,12 @@ impl GatewayService {
             debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
         }
         let settings = session.engine_settings();
-        let request = EngineRequest { statement, params, pins: &pins, settings: &settings };
+        let request = EngineRequest {
+            statement,
+            params,
+            pins: &pins,
+            settings: &settings,
+        };
         let stream = self.engine.execute(request).await?;
         Ok(match names {
             Some(names) => output_names::rename_stream(stream, &names),
@@ -213,11 +237,17 @@ impl GatewayService {
         })
     }
 
-    fn session_statement(&self, statement: &Statement, session: &mut Session) -> Result<QueryOutput> {
+    fn session_statement(
+        &self,
+        statement: &Statement,
+        session: &mut Session,
+    ) -> Result<QueryOutput> {
         match statement {
             Statement::Set(set) => {
                 let changed = match set {
-                    Set::SingleAssignment { variable, values, .. } => {
+                    Set::SingleAssignment {
+                        variable, values, ..
+                    } => {
                         let name = variable.to_string().to_ascii_lowercase();
                         let value = values.iter().map(expr_value).collect::<Vec<_>>().join(", ");
                         apply_set(session, &name, &value)?
@@ -241,13 +271,19 @@ impl GatewayService {
                         });
                     }
                 };
-                Ok(QueryOutput::Command(Command { changed_setting: changed, ..Command::new("SET") }))
+                Ok(QueryOutput::Command(Command {
+                    changed_setting: changed,
+                    ..Command::new("SET")
+                }))
             }
             Statement::ShowVariable { variable } => {
                 let name = show_name(variable);
                 let batch = if name == "all" {
-                    let (names, values): (Vec<&str>, Vec<&str>) =
-                        session.values().iter().map(|(k, v)| (k.as_str(), v.as_str())).unzip();
+                    let (names, values): (Vec<&str>, Vec<&str>) = session
+                        .values()
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .unzip();
                     RecordBatch::try_new(
                         show_schema("all"),
                         vec![
@@ -257,10 +293,18 @@ impl GatewayService {
                     )
                 } else {
                     let value = session.show(&name)?;
-                    RecordBatch::try_new(show_schema(&name), vec![Arc::new(StringArray::from(vec![value]))])
+                    RecordBatch::try_new(
+                        show_schema(&name),
+                        vec![Arc::new(StringArray::from(vec![value]))],
+                    )
                 }
-                .map_err(|e| lakegate_engines::Error::DataFusion(e.into()))?;
-                Ok(QueryOutput::Rows { stream: batches_stream(batch.schema(), vec![batch]), tag: "SHOW" })
+                .map_err(|e| {
+                    lakegate_engines::Error::from(datafusion::error::DataFusionError::from(e))
+                })?;
+                Ok(QueryOutput::Rows {
+                    stream: batches_stream(batch.schema(), vec![batch]),
+                    tag: "SHOW",
+                })
             }
             Statement::Reset(r) => {
                 let changed = match &r.reset {
@@ -274,7 +318,10 @@ impl GatewayService {
                         Some((name, value))
                     }
                 };
-                Ok(QueryOutput::Command(Command { changed_setting: changed, ..Command::new("RESET") }))
+                Ok(QueryOutput::Command(Command {
+                    changed_setting: changed,
+                    ..Command::new("RESET")
+                }))
             }
             Statement::Discard { .. } => {
                 session.reset_all();
@@ -295,15 +342,20 @@ impl GatewayService {
             Statement::Declare { stmts } => {
                 for d in stmts {
                     let Some(query) = &d.for_query else {
-                        return Err(Error::Unsupported { what: "DECLARE without FOR <query>".into() });
+                        return Err(Error::Unsupported {
+                            what: "DECLARE without FOR <query>".into(),
+                        });
                     };
                     if d.scroll == Some(true) {
                         return Err(Error::Unsupported {
-                            what: "SCROLL cursors are not supported (cursors read forward only)".into(),
+                            what: "SCROLL cursors are not supported (cursors read forward only)"
+                                .into(),
                         });
                     }
                     let Some(name) = d.names.first() else {
-                        return Err(Error::Syntax { message: "DECLARE needs a cursor name".into() });
+                        return Err(Error::Syntax {
+                            message: "DECLARE needs a cursor name".into(),
+                        });
                     };
                     let query = Statement::Query(query.clone());
                     let stream = self.run_query(&query, params, session).await?;
@@ -317,12 +369,17 @@ impl GatewayService {
                 }
                 Ok(QueryOutput::Command(Command::new("DECLARE CURSOR")))
             }
-            Statement::Fetch { name, direction, .. } => {
+            Statement::Fetch {
+                name, direction, ..
+            } => {
                 let count = fetch_count(direction)?;
                 let cursor = session.cursor(&name.value)?;
                 let batches = take_rows(cursor, count).await?;
                 let schema = cursor.schema.clone();
-                Ok(QueryOutput::Rows { stream: batches_stream(schema, batches), tag: "FETCH" })
+                Ok(QueryOutput::Rows {
+                    stream: batches_stream(schema, batches),
+                    tag: "FETCH",
+                })
             }
             Statement::Close { cursor } => {
                 match cursor {
@@ -339,7 +396,9 @@ impl GatewayService {
 /// PostgreSQL's catalog types (`oid`, `regtype`, `name`, ...) in casts become the types the
 /// `pg_catalog` emulation uses (int4, text), so `$1::oid[]` (asyncpg) plans.
 fn rewrite_catalog_types(statement: &mut Statement) {
-    use datafusion::sql::sqlparser::ast::{ArrayElemTypeDef, DataType as SqlType, visit_expressions_mut};
+    use datafusion::sql::sqlparser::ast::{
+        ArrayElemTypeDef, DataType as SqlType, visit_expressions_mut,
+    };
     fn map(t: &mut SqlType) {
         match t {
             SqlType::Custom(name, _) => {
@@ -347,7 +406,9 @@ fn rewrite_catalog_types(statement: &mut Statement) {
                 let n = n.trim_start_matches("pg_catalog.").trim_matches('"');
                 match n {
                     "oid" | "regtype" | "regproc" | "regprocedure" | "regnamespace" | "regrole"
-                    | "regoper" | "xid" | "cid" | "int2vector" | "oidvector" => *t = SqlType::Int(None),
+                    | "regoper" | "xid" | "cid" | "int2vector" | "oidvector" => {
+                        *t = SqlType::Int(None)
+                    }
                     "name" => *t = SqlType::Text,
                     _ => {}
                 }
@@ -369,17 +430,35 @@ fn rewrite_catalog_types(statement: &mut Statement) {
 /// `SELECT set_config('name', 'value', is_local)` with literal arguments changes the session
 /// like `SET` (asyncpg turns `jit` off this way).
 fn apply_set_config(statement: &Statement, session: &mut Session) -> Result<()> {
-    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr};
-    let Statement::Query(query) = statement else { return Ok(()) };
-    let SetExpr::Select(select) = query.body.as_ref() else { return Ok(()) };
+    use datafusion::sql::sqlparser::ast::{
+        FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr,
+    };
+    let Statement::Query(query) = statement else {
+        return Ok(());
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return Ok(());
+    };
     for item in &select.projection {
-        let (SelectItem::UnnamedExpr(Expr::Function(f)) | SelectItem::ExprWithAlias { expr: Expr::Function(f), .. }) = item else {
+        let (SelectItem::UnnamedExpr(Expr::Function(f))
+        | SelectItem::ExprWithAlias {
+            expr: Expr::Function(f),
+            ..
+        }) = item
+        else {
             continue;
         };
-        if !f.name.to_string().to_ascii_lowercase().ends_with("set_config") {
+        if !f
+            .name
+            .to_string()
+            .to_ascii_lowercase()
+            .ends_with("set_config")
+        {
             continue;
         }
-        let FunctionArguments::List(list) = &f.args else { continue };
+        let FunctionArguments::List(list) = &f.args else {
+            continue;
+        };
         let literal = |i: usize| match list.args.get(i) {
             Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))) => match &v.value {
                 Value::SingleQuotedString(s) => Some(s.clone()),
@@ -411,7 +490,13 @@ fn expr_value(e: &Expr) -> String {
         Expr::Value(v) => match &v.value {
             Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
             Value::Number(n, _) => n.clone(),
-            Value::Boolean(b) => if *b { "on".into() } else { "off".into() },
+            Value::Boolean(b) => {
+                if *b {
+                    "on".into()
+                } else {
+                    "off".into()
+                }
+            }
             other => other.to_string(),
         },
         Expr::Identifier(i) => i.value.clone(),
@@ -422,7 +507,10 @@ fn expr_value(e: &Expr) -> String {
 
 /// `SHOW transaction isolation level` → `transaction_isolation`.
 fn show_name(variable: &[datafusion::sql::sqlparser::ast::Ident]) -> String {
-    let words: Vec<String> = variable.iter().map(|i| i.value.to_ascii_lowercase()).collect();
+    let words: Vec<String> = variable
+        .iter()
+        .map(|i| i.value.to_ascii_lowercase())
+        .collect();
     match words.join(" ").as_str() {
         "transaction isolation level" => "transaction_isolation".into(),
         "time zone" => "timezone".into(),
@@ -444,7 +532,9 @@ fn show_schema(name: &str) -> SchemaRef {
 fn batches_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> SendableRecordBatchStream {
     match MemoryStream::try_new(batches, schema.clone(), None) {
         Ok(s) => Box::pin(s),
-        Err(_) => Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(schema)),
+        Err(_) => Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(
+            schema,
+        )),
     }
 }
 
@@ -455,7 +545,9 @@ fn fetch_count(direction: &FetchDirection) -> Result<Option<usize>> {
             Value::Number(n, _) => n.parse().map_err(|_| Error::Syntax {
                 message: format!("FETCH count `{n}` is not a row count"),
             }),
-            other => Err(Error::Syntax { message: format!("FETCH count `{other}` is not a number") }),
+            other => Err(Error::Syntax {
+                message: format!("FETCH count `{other}` is not a number"),
+            }),
         }
     };
     match direction {
@@ -496,14 +588,22 @@ async fn take_rows(cursor: &mut Cursor, count: Option<usize>) -> Result<Vec<Reco
 
 fn read_only(verb: &str) -> Error {
     Error::Unsupported {
-        what: format!("{verb} is not supported: lakegate is a read-only gateway (write through your Iceberg writer)"),
+        what: format!(
+            "{verb} is not supported: lakegate is a read-only gateway (write through your Iceberg writer)"
+        ),
     }
 }
 
 fn unsupported(statement: &Statement) -> Error {
     let text = statement.to_string();
-    let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-    Error::Unsupported { what: format!("statement `{head}` is not supported by lakegate") }
+    let head: String = text
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    Error::Unsupported {
+        what: format!("statement `{head}` is not supported by lakegate"),
+    }
 }
 
 /// sqlparser says "sql parser error: Expected: …"; PostgreSQL says "syntax error at or near".

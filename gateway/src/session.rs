@@ -22,11 +22,19 @@ struct Param {
 }
 
 const fn rw(name: &'static str, default: &'static str) -> Param {
-    Param { name, default, read_only: false }
+    Param {
+        name,
+        default,
+        read_only: false,
+    }
 }
 
 const fn ro(name: &'static str, default: &'static str) -> Param {
-    Param { name, default, read_only: true }
+    Param {
+        name,
+        default,
+        read_only: true,
+    }
 }
 
 /// The parameters lakegate knows, with PostgreSQL's defaults (lower-case names).
@@ -120,8 +128,10 @@ pub struct Session {
 impl Session {
     /// A new session for `user` with PostgreSQL's defaults and `search_path = default_schema`.
     pub fn new(user: &str, default_schema: &str) -> Self {
-        let mut defaults: BTreeMap<String, String> =
-            PARAMS.iter().map(|p| (p.name.to_string(), p.default.to_string())).collect();
+        let mut defaults: BTreeMap<String, String> = PARAMS
+            .iter()
+            .map(|p| (p.name.to_string(), p.default.to_string()))
+            .collect();
         defaults.insert("search_path".into(), default_schema.to_string());
         Self {
             user: user.to_string(),
@@ -157,7 +167,11 @@ impl Session {
         let name = name.to_ascii_lowercase();
         let value = match param(&name) {
             Some(p) if p.read_only => {
-                if self.values.get(&name).is_some_and(|v| v.eq_ignore_ascii_case(value)) {
+                if self
+                    .values
+                    .get(&name)
+                    .is_some_and(|v| v.eq_ignore_ascii_case(value))
+                {
                     return Ok(name);
                 }
                 return Err(Error::ReadOnlySetting { name });
@@ -176,7 +190,10 @@ impl Session {
     /// [`Error::UnknownSetting`].
     pub fn show(&self, name: &str) -> Result<String> {
         let name = name.to_ascii_lowercase();
-        self.values.get(&name).cloned().ok_or(Error::UnknownSetting { name })
+        self.values
+            .get(&name)
+            .cloned()
+            .ok_or(Error::UnknownSetting { name })
     }
 
     /// `RESET name`; returns the canonical name.
@@ -224,8 +241,16 @@ impl Session {
             .unwrap_or_default();
         Settings {
             user: self.user.clone(),
-            search_path: if search_path.is_empty() { vec!["public".into()] } else { search_path },
-            time_zone: self.values.get("timezone").cloned().unwrap_or_else(|| "UTC".into()),
+            search_path: if search_path.is_empty() {
+                vec!["public".into()]
+            } else {
+                search_path
+            },
+            time_zone: self
+                .values
+                .get("timezone")
+                .cloned()
+                .unwrap_or_else(|| "UTC".into()),
             values: self.values.clone(),
         }
     }
@@ -236,7 +261,9 @@ impl Session {
     /// [`Error::DuplicateCursor`] when the name is taken.
     pub fn declare(&mut self, name: &str, cursor: Cursor) -> Result<()> {
         if self.cursors.contains_key(name) {
-            return Err(Error::DuplicateCursor { name: name.to_string() });
+            return Err(Error::DuplicateCursor {
+                name: name.to_string(),
+            });
         }
         self.cursors.insert(name.to_string(), cursor);
         Ok(())
@@ -247,7 +274,11 @@ impl Session {
     /// # Errors
     /// [`Error::CursorNotFound`].
     pub fn cursor(&mut self, name: &str) -> Result<&mut Cursor> {
-        self.cursors.get_mut(name).ok_or_else(|| Error::CursorNotFound { name: name.to_string() })
+        self.cursors
+            .get_mut(name)
+            .ok_or_else(|| Error::CursorNotFound {
+                name: name.to_string(),
+            })
     }
 
     /// The columns of open cursor `name`, if it is open.
@@ -263,7 +294,9 @@ impl Session {
         match name {
             None => self.cursors.clear(),
             Some(n) => {
-                self.cursors.remove(n).ok_or_else(|| Error::CursorNotFound { name: n.into() })?;
+                self.cursors
+                    .remove(n)
+                    .ok_or_else(|| Error::CursorNotFound { name: n.into() })?;
             }
         }
         Ok(())
@@ -297,7 +330,9 @@ fn normalize(name: &str, value: &str) -> Result<String> {
             if v.parse::<chrono_tz::Tz>().is_ok() || parse_offset(v).is_some() {
                 Ok(v.to_string())
             } else {
-                Err(invalid("use a time zone name such as UTC or Europe/Paris, or an offset such as +02:00"))
+                Err(invalid(
+                    "use a time zone name such as UTC or Europe/Paris, or an offset such as +02:00",
+                ))
             }
         }
         "client_encoding" => {
@@ -364,10 +399,22 @@ mod tests {
     #[test]
     fn unknown_and_read_only_settings_are_refused() {
         let mut s = session();
-        assert!(matches!(s.set("no_such_thing", "1"), Err(Error::UnknownSetting { .. })));
-        assert!(matches!(s.show("no_such_thing"), Err(Error::UnknownSetting { .. })));
-        assert!(matches!(s.set("server_version", "9"), Err(Error::ReadOnlySetting { .. })));
-        assert!(matches!(s.set("timezone", "Mars/Olympus"), Err(Error::InvalidSetting { .. })));
+        assert!(matches!(
+            s.set("no_such_thing", "1"),
+            Err(Error::UnknownSetting { .. })
+        ));
+        assert!(matches!(
+            s.show("no_such_thing"),
+            Err(Error::UnknownSetting { .. })
+        ));
+        assert!(matches!(
+            s.set("server_version", "9"),
+            Err(Error::ReadOnlySetting { .. })
+        ));
+        assert!(matches!(
+            s.set("timezone", "Mars/Olympus"),
+            Err(Error::InvalidSetting { .. })
+        ));
         // dotted custom settings are allowed, as in PostgreSQL
         s.set("myapp.tenant", "42").expect("custom setting");
         assert_eq!(s.show("myapp.tenant").expect("set"), "42");
@@ -376,7 +423,8 @@ mod tests {
     #[test]
     fn startup_options_become_the_reset_values() {
         let mut s = Session::new("bob", "public");
-        s.apply_startup(&[("search_path".into(), "sales, public".into())]).expect("valid startup");
+        s.apply_startup(&[("search_path".into(), "sales, public".into())])
+            .expect("valid startup");
         assert_eq!(s.engine_settings().search_path, vec!["sales", "public"]);
         s.set("search_path", "other").expect("set");
         s.reset_all();

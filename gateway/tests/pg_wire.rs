@@ -19,7 +19,10 @@ struct Lake {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 /// The PyIceberg-written warehouse, made once per test binary.
@@ -37,13 +40,24 @@ fn lake() -> &'static Lake {
             .arg(&dir)
             .output()
             .unwrap_or_else(|e| panic!("run {python} (scripts/setup.sh installs it): {e}"));
-        assert!(out.status.success(), "fixture failed: {}", String::from_utf8_lossy(&out.stderr));
-        let flags = String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect();
+        assert!(
+            out.status.success(),
+            "fixture failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let flags = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
         let expected = serde_json::from_str(
             &std::fs::read_to_string(dir.join("expected.json")).expect("expected.json"),
         )
         .expect("valid json");
-        Lake { dir, flags, expected }
+        Lake {
+            dir,
+            flags,
+            expected,
+        }
     })
 }
 
@@ -72,7 +86,9 @@ fn start() -> TestGateway {
         .expect("spawn lakegate");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read banner");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read banner");
     let port = line
         .trim()
         .rsplit(':')
@@ -85,7 +101,10 @@ fn start() -> TestGateway {
 
 async fn connect(gw: &TestGateway) -> Client {
     let (client, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={} user=tester dbname=lakegate", gw.port),
+        &format!(
+            "host=127.0.0.1 port={} user=tester dbname=lakegate",
+            gw.port
+        ),
         NoTls,
     )
     .await
@@ -95,7 +114,9 @@ async fn connect(gw: &TestGateway) -> Client {
 }
 
 fn code(e: &tokio_postgres::Error) -> String {
-    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no sqlstate: {e}"))
+    e.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| format!("no sqlstate: {e}"))
 }
 
 #[tokio::test]
@@ -113,7 +134,10 @@ async fn simple_protocol_runs_several_statements() {
             _ => None,
         })
         .collect();
-    assert_eq!(rows, vec!["1".to_string(), lake().expected["orders_count"].to_string()]);
+    assert_eq!(
+        rows,
+        vec!["1".to_string(), lake().expected["orders_count"].to_string()]
+    );
 }
 
 #[tokio::test]
@@ -129,12 +153,25 @@ async fn extended_protocol_binds_parameters_and_returns_binary() {
         .await
         .expect("point lookup");
     assert_eq!(row.get::<_, i64>(0), 42);
-    assert_eq!(row.get::<_, i64>(1).to_string(), want["customer_id"].as_str().unwrap_or_default());
-    assert_eq!(row.get::<_, String>(2), want["amount"].as_str().unwrap_or_default());
+    assert_eq!(
+        row.get::<_, i64>(1).to_string(),
+        want["customer_id"].as_str().unwrap_or_default()
+    );
+    assert_eq!(
+        row.get::<_, String>(2),
+        want["amount"].as_str().unwrap_or_default()
+    );
     // a prepared statement is reused with new parameters
-    let stmt = client.prepare("SELECT count(*) FROM orders WHERE order_id <= $1").await.expect("prepare");
+    let stmt = client
+        .prepare("SELECT count(*) FROM orders WHERE order_id <= $1")
+        .await
+        .expect("prepare");
     for n in [1i64, 10, 100] {
-        let count: i64 = client.query_one(&stmt, &[&n]).await.expect("execute").get(0);
+        let count: i64 = client
+            .query_one(&stmt, &[&n])
+            .await
+            .expect("execute")
+            .get(0);
         assert_eq!(count, n);
     }
 }
@@ -144,7 +181,10 @@ async fn execute_with_row_limit_suspends_the_portal() {
     let gw = start();
     let mut client = connect(&gw).await;
     let tx = client.transaction().await.expect("begin");
-    let stmt = tx.prepare("SELECT order_id FROM orders WHERE order_id <= $1 ORDER BY order_id").await.expect("prepare");
+    let stmt = tx
+        .prepare("SELECT order_id FROM orders WHERE order_id <= $1 ORDER BY order_id")
+        .await
+        .expect("prepare");
     let portal = tx.bind(&stmt, &[&95i64]).await.expect("bind");
     let mut seen = Vec::new();
     loop {
@@ -176,7 +216,10 @@ async fn errors_carry_sqlstates_and_the_connection_goes_on() {
         assert_eq!(code(&err), want, "{sql}: {err:?}");
         let err = client.query(sql, &[]).await.expect_err(sql);
         assert_eq!(code(&err), want, "extended {sql}: {err:?}");
-        let ok = client.query_one("SELECT 41 + 1", &[]).await.expect("still usable");
+        let ok = client
+            .query_one("SELECT 41 + 1", &[])
+            .await
+            .expect("still usable");
         assert_eq!(ok.get::<_, i64>(0), 42);
     }
 }
@@ -187,7 +230,10 @@ async fn cancel_request_stops_a_streaming_query() {
     let client = connect(&gw).await;
     let cancel = client.cancel_token();
     let rows = client
-        .query_raw("SELECT value FROM generate_series(1, 2000000000)", std::iter::empty::<i64>())
+        .query_raw(
+            "SELECT value FROM generate_series(1, 2000000000)",
+            std::iter::empty::<i64>(),
+        )
         .await
         .expect("query starts");
     pin_mut!(rows);
@@ -208,8 +254,14 @@ async fn cancel_request_stops_a_streaming_query() {
             }
         }
     }
-    assert!(cancelled, "query ran to the end ({n} rows) instead of being cancelled");
-    let ok = client.query_one("SELECT 1", &[]).await.expect("usable after cancel");
+    assert!(
+        cancelled,
+        "query ran to the end ({n} rows) instead of being cancelled"
+    );
+    let ok = client
+        .query_one("SELECT 1", &[])
+        .await
+        .expect("usable after cancel");
     assert_eq!(ok.get::<_, i64>(0), 1);
 }
 
@@ -218,7 +270,10 @@ async fn large_results_stream_without_materialising() {
     let gw = start();
     let client = connect(&gw).await;
     let rows = client
-        .query_raw("SELECT value, value * 2 AS twice FROM generate_series(1, 3000000)", std::iter::empty::<i64>())
+        .query_raw(
+            "SELECT value, value * 2 AS twice FROM generate_series(1, 3000000)",
+            std::iter::empty::<i64>(),
+        )
         .await
         .expect("query");
     pin_mut!(rows);
@@ -232,13 +287,17 @@ async fn large_results_stream_without_materialising() {
     assert_eq!(n, 3_000_000);
     assert_eq!(sum, 3_000_000 * 3_000_001 / 2);
     // 3M rows x 2 int8 columns is ~150 MB as text rows; streaming keeps the peak far below.
-    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.child.id())).expect("proc status");
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", gw.child.id())).expect("proc status");
     let peak_kb: u64 = status
         .lines()
         .find(|l| l.starts_with("VmHWM"))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .expect("VmHWM");
-    assert!(peak_kb < 400 * 1024, "gateway peak RSS {peak_kb} kB suggests the result was materialised");
+    assert!(
+        peak_kb < 400 * 1024,
+        "gateway peak RSS {peak_kb} kB suggests the result was materialised"
+    );
     tokio::time::sleep(Duration::from_millis(10)).await;
 }

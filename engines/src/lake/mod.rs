@@ -15,7 +15,9 @@ use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::io::LocalFsStorageFactory;
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
-use iceberg_catalog_rest::{REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder};
+use iceberg_catalog_rest::{
+    REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder,
+};
 use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE,
     SqlCatalogBuilder,
@@ -144,7 +146,9 @@ pub struct Lake {
 
 impl std::fmt::Debug for Lake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lake").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Lake")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -160,14 +164,24 @@ impl Lake {
     pub async fn connect(config: LakeConfig) -> Result<Self> {
         config.validate()?;
         let kind = config.kind()?;
-        let mut props: HashMap<String, String> =
-            config.props.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let unavailable = |source| Error::CatalogUnavailable { catalog: config.name.clone(), source };
+        let mut props: HashMap<String, String> = config
+            .props
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let unavailable = |source: iceberg::Error| Error::CatalogUnavailable {
+            catalog: config.name.clone(),
+            source: Box::new(source),
+        };
         let catalog: Arc<dyn Catalog> = match kind {
             CatalogKind::Sqlite | CatalogKind::Postgres => {
                 props.insert(SQL_CATALOG_PROP_URI.into(), config.uri.clone());
                 props.insert(SQL_CATALOG_PROP_WAREHOUSE.into(), config.warehouse.clone());
-                let style = if kind == CatalogKind::Postgres { "DollarNumeric" } else { "QMark" };
+                let style = if kind == CatalogKind::Postgres {
+                    "DollarNumeric"
+                } else {
+                    "QMark"
+                };
                 props.insert(SQL_CATALOG_PROP_BIND_STYLE.into(), style.into());
                 let catalog = SqlCatalogBuilder::default()
                     .with_storage_factory(Arc::new(LocalFsStorageFactory))
@@ -190,7 +204,12 @@ impl Lake {
             }
         };
         let tokens = TokenSource::connect(kind, &config).await?;
-        Ok(Self { config, catalog, tokens, loaded: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            config,
+            catalog,
+            tokens,
+            loaded: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The catalog configuration this lake was connected with.
@@ -208,10 +227,16 @@ impl Lake {
     /// # Errors
     /// [`Error::CatalogUnavailable`] when the catalog fails.
     pub async fn directory(&self) -> Result<Directory> {
-        let unavailable =
-            |source| Error::CatalogUnavailable { catalog: self.config.name.clone(), source };
+        let unavailable = |source: iceberg::Error| Error::CatalogUnavailable {
+            catalog: self.config.name.clone(),
+            source: Box::new(source),
+        };
         let mut schemas = BTreeMap::new();
-        let namespaces = self.catalog.list_namespaces(None).await.map_err(unavailable)?;
+        let namespaces = self
+            .catalog
+            .list_namespaces(None)
+            .await
+            .map_err(unavailable)?;
         for ns in namespaces {
             let mut tables: Vec<String> = self
                 .catalog
@@ -233,7 +258,9 @@ impl Lake {
     /// [`Error::TableNotFound`] when there is no such table; catalog and metadata errors.
     pub async fn resolve(&self, schema: &str, table: &str) -> Result<ResolvedTable> {
         let ident = TableIdent::new(namespace_ident(schema), table.to_string());
-        let not_found = || Error::TableNotFound { name: format!("{schema}.{table}") };
+        let not_found = || Error::TableNotFound {
+            name: format!("{schema}.{table}"),
+        };
         let location = match self.tokens.lookup(&self.catalog, &ident).await? {
             Some(location) => location,
             None => return Err(not_found()),
@@ -265,7 +292,13 @@ impl Lake {
         let metadata_location = table.metadata_location().unwrap_or_default().to_string();
         let snapshot_id = table.metadata().current_snapshot_id();
         let schema = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
-        Ok(ResolvedTable { ident, metadata_location, snapshot_id, table, schema })
+        Ok(ResolvedTable {
+            ident,
+            metadata_location,
+            snapshot_id,
+            table,
+            schema,
+        })
     }
 }
 
@@ -291,7 +324,10 @@ mod tests {
     #[test]
     fn catalog_kind_follows_the_uri_scheme() {
         assert_eq!(cfg("sqlite:///a.db").kind().ok(), Some(CatalogKind::Sqlite));
-        assert_eq!(cfg("postgresql://u@h:1/d").kind().ok(), Some(CatalogKind::Postgres));
+        assert_eq!(
+            cfg("postgresql://u@h:1/d").kind().ok(),
+            Some(CatalogKind::Postgres)
+        );
         assert_eq!(cfg("http://h:8181").kind().ok(), Some(CatalogKind::Rest));
         let err = cfg("mysql://x").kind().expect_err("mysql is not a catalog");
         assert!(err.to_string().contains("catalog.uri"), "{err}");
@@ -299,7 +335,9 @@ mod tests {
 
     #[test]
     fn missing_sqlite_file_names_the_setting() {
-        let err = cfg("sqlite:///nonexistent/dir/c.db").validate().expect_err("missing file");
+        let err = cfg("sqlite:///nonexistent/dir/c.db")
+            .validate()
+            .expect_err("missing file");
         assert!(err.to_string().contains("catalog.uri"), "{err}");
         assert!(err.to_string().contains("/nonexistent/dir/c.db"), "{err}");
     }

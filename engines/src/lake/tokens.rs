@@ -14,7 +14,11 @@ use crate::error::{Error, Result};
 /// Where version tokens come from.
 pub(super) enum TokenSource {
     /// A direct query on the SQL catalog's `iceberg_tables`.
-    Sql { pool: AnyPool, query: String, catalog_name: String },
+    Sql {
+        pool: AnyPool,
+        query: String,
+        catalog_name: String,
+    },
     /// A REST catalog: the token is the metadata location of a table load.
     Rest,
 }
@@ -41,7 +45,11 @@ impl TokenSource {
              WHERE catalog_name = {a} AND table_namespace = {b} AND table_name = {c} \
              AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
         );
-        Ok(Self::Sql { pool, query, catalog_name: config.name.clone() })
+        Ok(Self::Sql {
+            pool,
+            query,
+            catalog_name: config.name.clone(),
+        })
     }
 
     /// The table's current metadata location, or `None` when it does not exist.
@@ -51,7 +59,11 @@ impl TokenSource {
         ident: &TableIdent,
     ) -> Result<Option<String>> {
         match self {
-            Self::Sql { pool, query, catalog_name } => {
+            Self::Sql {
+                pool,
+                query,
+                catalog_name,
+            } => {
                 let row: Option<(Option<String>,)> = sqlx::query_as(query)
                     .bind(catalog_name.as_str())
                     .bind(ident.namespace().join("."))
@@ -62,14 +74,15 @@ impl TokenSource {
             }
             Self::Rest => match catalog.load_table(ident).await {
                 Ok(t) => Ok(t.metadata_location().map(str::to_string)),
-                Err(e) if matches!(
-                    e.kind(),
-                    iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
-                ) =>
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
+                    ) =>
                 {
                     Ok(None)
                 }
-                Err(e) => Err(Error::Iceberg(e)),
+                Err(e) => Err(Error::from(e)),
             },
         }
     }

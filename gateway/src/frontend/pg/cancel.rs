@@ -26,14 +26,20 @@ impl QueryCancel {
     }
 
     fn cancel(&self) {
-        self.current.lock().unwrap_or_else(|p| p.into_inner()).cancel();
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cancel();
     }
 }
+
+/// A connection's secret key (as bytes) and its cancellation state.
+type Registered = (Vec<u8>, Weak<QueryCancel>);
 
 /// Every live connection's cancellation state by backend pid.
 #[derive(Default)]
 pub(crate) struct Cancels {
-    connections: Mutex<HashMap<i32, (SecretKey, Weak<QueryCancel>)>>,
+    connections: Mutex<HashMap<i32, Registered>>,
 }
 
 impl Cancels {
@@ -42,13 +48,17 @@ impl Cancels {
         let state = Arc::new(QueryCancel::default());
         let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, (_, w)| w.strong_count() > 0);
-        map.insert(pid, (secret, Arc::downgrade(&state)));
+        // Compared as bytes: a 3.0 CancelRequest may decode the key differently than it was made.
+        map.insert(pid, (secret.to_bytes().to_vec(), Arc::downgrade(&state)));
         state
     }
 
     fn find(&self, pid: i32, secret: &SecretKey) -> Option<Arc<QueryCancel>> {
         let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&pid).filter(|(s, _)| s == secret).and_then(|(_, w)| w.upgrade())
+        let secret = secret.to_bytes();
+        map.get(&pid)
+            .filter(|(s, _)| s[..] == secret[..])
+            .and_then(|(_, w)| w.upgrade())
     }
 }
 

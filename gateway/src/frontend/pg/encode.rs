@@ -8,13 +8,13 @@ use arrow::datatypes::Schema;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
-use tokio_util::sync::CancellationToken;
 use futures::{StreamExt, stream};
 use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldInfo, QueryResponse};
 use pgwire::error::PgWireResult;
 use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
+use tokio_util::sync::CancellationToken;
 
 use super::handler::to_pg_error;
 use crate::error::Error;
@@ -22,8 +22,11 @@ use crate::session::Session;
 
 /// Text formatting options (DateStyle, TimeZone, extra_float_digits, ...) from the session.
 pub(crate) fn format_options(session: &Session) -> Arc<FormatOptions> {
-    let values: HashMap<String, String> =
-        session.values().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let values: HashMap<String, String> = session
+        .values()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut options = FormatOptions::from_client_metadata(&values);
     if let Some(tz) = values.get("timezone") {
         options.time_zone = tz.clone();
@@ -44,8 +47,14 @@ pub(crate) fn fields(
         .into_iter()
         .map(|f| {
             if *f.datatype() == pgwire::api::Type::UNKNOWN {
-                FieldInfo::new(f.name().to_string(), None, None, pgwire::api::Type::TEXT, f.format())
-                    .with_format_options(options.clone())
+                FieldInfo::new(
+                    f.name().to_string(),
+                    None,
+                    None,
+                    pgwire::api::Type::TEXT,
+                    f.format(),
+                )
+                .with_format_options(options.clone())
             } else {
                 f
             }
@@ -66,7 +75,11 @@ pub(crate) fn query_response(
     // with 57014.
     let cancelled = cancel.clone();
     let tail = stream::once(async move { cancelled.is_cancelled() }).filter_map(|c| async move {
-        c.then(|| Err(DataFusionError::External(Box::new(lakegate_engines::Error::Canceled))))
+        c.then(|| {
+            Err(DataFusionError::External(Box::new(
+                lakegate_engines::Error::Canceled,
+            )))
+        })
     });
     let stream = stream.take_until(cancel.cancelled_owned()).chain(tail);
     let row_fields = fields.clone();

@@ -7,13 +7,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::sql::sqlparser::ast::Statement;
-use futures::{Sink, SinkExt};
-use lakegate_engines::engine::Described;
+use futures::{Sink, SinkExt, StreamExt};
 use lakegate_engines::ErrorKind;
+use lakegate_engines::engine::Described;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::cancel::CancelHandler;
+use pgwire::api::portal::PortalExecutionState;
 use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::send_execution_response;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler, send_describe_response};
 use pgwire::api::results::{DescribePortalResponse, FieldInfo, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
@@ -21,9 +23,11 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{
     ClientInfo, ClientPortalStore, ConnectionManager, ErrorHandler, PgWireServerHandlers, Type,
 };
+use pgwire::api::{DEFAULT_NAME, PgWireConnectionState};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::startup::ParameterStatus;
 use tokio::sync::Mutex;
@@ -62,7 +66,13 @@ fn aborted() -> PgWireError {
 
 /// Whether a statement may run in a failed transaction (only ending it may).
 fn ends_transaction(statement: &Statement) -> bool {
-    matches!(statement, Statement::Rollback { savepoint: None, .. } | Statement::Commit { .. })
+    matches!(
+        statement,
+        Statement::Rollback {
+            savepoint: None,
+            ..
+        } | Statement::Commit { .. }
+    )
 }
 
 /// The pgwire handler set for one gateway.
@@ -87,7 +97,10 @@ impl PgHandlers {
                 cancels: cancels.clone(),
                 default_schema,
             }),
-            cancel: Arc::new(PgCancel { cancels, manager: connections }),
+            cancel: Arc::new(PgCancel {
+                cancels,
+                manager: connections,
+            }),
         }
     }
 }
@@ -168,7 +181,10 @@ impl NoopStartupHandler for PgStartup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let metadata = client.metadata().clone();
-        let user = metadata.get("user").cloned().unwrap_or_else(|| "lakegate".into());
+        let user = metadata
+            .get("user")
+            .cloned()
+            .unwrap_or_else(|| "lakegate".into());
         let mut startup: Vec<(String, String)> = metadata
             .iter()
             .filter(|(k, _)| !NOT_SETTINGS.contains(&k.as_str()))
@@ -186,7 +202,10 @@ impl NoopStartupHandler for PgStartup {
             )))
         })?;
         let mut report: Vec<(String, String)> = vec![
-            ("server_version".into(), format!("{SERVER_VERSION} (lakegate {})", env!("CARGO_PKG_VERSION"))),
+            (
+                "server_version".into(),
+                format!("{SERVER_VERSION} (lakegate {})", env!("CARGO_PKG_VERSION")),
+            ),
             ("is_superuser".into(), "off".into()),
         ];
         for (name, value) in session.values() {
@@ -195,24 +214,36 @@ impl NoopStartupHandler for PgStartup {
             }
         }
         for (name, value) in report {
-            client.feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name, value))).await?;
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                    name, value,
+                )))
+                .await?;
         }
-        client.session_extensions().insert::<SessionCell>(Mutex::new(session));
+        client
+            .session_extensions()
+            .insert::<SessionCell>(Mutex::new(session));
         let (pid, secret) = client.pid_and_secret_key();
         let cancel = self.cancels.register(pid, secret);
-        client.session_extensions().insert::<Arc<QueryCancel>>(cancel);
+        client
+            .session_extensions()
+            .insert::<Arc<QueryCancel>>(cancel);
         Ok(())
     }
 }
 
 fn session_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<SessionCell> {
-    client.session_extensions().get_or_insert_with(|| Mutex::new(Session::new("lakegate", "public")))
+    client
+        .session_extensions()
+        .get_or_insert_with(|| Mutex::new(Session::new("lakegate", "public")))
 }
 
 /// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls
 /// whose argument types it could not infer (SQLAlchemy's `pg_get_constraintdef(oid, $1)`).
 fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
-    use datafusion::sql::sqlparser::ast::{DataType as SqlType, Expr, Value, visit_expressions_mut};
+    use datafusion::sql::sqlparser::ast::{
+        DataType as SqlType, Expr, Value, visit_expressions_mut,
+    };
     if types.iter().all(Option::is_none) {
         return;
     }
@@ -280,7 +311,10 @@ impl QueryParser for PgParser {
             }));
         }
         let Some(mut statement) = statements.pop() else {
-            return Ok(PgStatement { statement: None, described: None });
+            return Ok(PgStatement {
+                statement: None,
+                described: None,
+            });
         };
         type_placeholders(&mut statement, types);
         let session = session_of(client);
@@ -288,13 +322,21 @@ impl QueryParser for PgParser {
             None
         } else {
             let mut session = session.lock().await;
-            self.service.describe(&statement, &mut session).await.map_err(pg_error)?
+            self.service
+                .describe(&statement, &mut session)
+                .await
+                .map_err(pg_error)?
         };
-        Ok(PgStatement { statement: Some(statement), described })
+        Ok(PgStatement {
+            statement: Some(statement),
+            described,
+        })
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
-        let Some(described) = &stmt.described else { return Ok(vec![]) };
+        let Some(described) = &stmt.described else {
+            return Ok(vec![]);
+        };
         described
             .param_types
             .iter()
@@ -355,7 +397,9 @@ impl PgQueryHandler {
         match output {
             QueryOutput::Rows { stream, tag } => {
                 let response = query_response(stream, tag, format, format_options(&session), token)
-                    .map_err(|e| Error::Unsupported { what: e.to_string() })?;
+                    .map_err(|e| Error::Unsupported {
+                        what: e.to_string(),
+                    })?;
                 Ok(Response::Query(response))
             }
             QueryOutput::Command(cmd) => {
@@ -364,7 +408,9 @@ impl PgQueryHandler {
                 {
                     let status = ParameterStatus::new(reported.to_string(), value.clone());
                     // A failed send surfaces on the next write; the SET itself succeeded.
-                    let _ = client.feed(PgWireBackendMessage::ParameterStatus(status)).await;
+                    let _ = client
+                        .feed(PgWireBackendMessage::ParameterStatus(status))
+                        .await;
                 }
                 let tag = Tag::new(&cmd.tag);
                 Ok(match cmd.transaction {
@@ -394,7 +440,10 @@ impl SimpleQueryHandler for PgQueryHandler {
                 responses.push(Response::Error(Box::new(error_info(aborted()))));
                 break;
             }
-            match self.run(client, statement, None, &Format::UnifiedText).await {
+            match self
+                .run(client, statement, None, &Format::UnifiedText)
+                .await
+            {
                 Ok(response) => {
                     match &response {
                         Response::TransactionStart(_) => status = TransactionStatus::Transaction,
@@ -424,6 +473,67 @@ fn error_info(e: PgWireError) -> ErrorInfo {
     }
 }
 
+impl PgQueryHandler {
+    async fn execute_streaming<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<PgStatement>,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = PgStatement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let response = <Self as ExtendedQueryHandler>::do_query(self, client, portal, 0).await?;
+        let mut status = client.transaction_status();
+        match response {
+            Response::Query(mut rows) => {
+                let tag = rows.command_tag().to_string();
+                let mut count = 0usize;
+                while let Some(row) = rows.data_rows().next().await {
+                    client.feed(PgWireBackendMessage::DataRow(row?)).await?;
+                    count += 1;
+                }
+                let done = Tag::new(&tag).with_rows(count);
+                client
+                    .send(PgWireBackendMessage::CommandComplete(done.into()))
+                    .await?;
+            }
+            Response::EmptyQuery => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
+            }
+            Response::Execution(tag) => send_execution_response(client, tag).await?,
+            Response::TransactionStart(tag) => {
+                send_execution_response(client, tag).await?;
+                status = status.to_in_transaction_state();
+            }
+            Response::TransactionEnd(tag) => {
+                send_execution_response(client, tag).await?;
+                status = status.to_idle_state();
+                client.portal_store().rm_portal(DEFAULT_NAME);
+            }
+            Response::Error(e) => {
+                client
+                    .send(PgWireBackendMessage::ErrorResponse((*e).into()))
+                    .await?;
+                status = status.to_error_state();
+            }
+            Response::CopyIn(_) | Response::CopyOut(_) | Response::CopyBoth(_) => {
+                return Err(to_pg_error(&Error::Unsupported {
+                    what: "COPY is not supported".into(),
+                }));
+            }
+        }
+        client.set_transaction_status(status);
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl ExtendedQueryHandler for PgQueryHandler {
     type Statement = PgStatement;
@@ -431,6 +541,34 @@ impl ExtendedQueryHandler for PgQueryHandler {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Execute without a row limit streams rows straight to the socket as batches arrive
+    /// (pgwire's default collects the whole result first). With a row limit, pgwire's portal
+    /// suspension is used as is: it holds at most that many rows.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME).to_string();
+        let Some(portal) = client.portal_store().get_portal(&name) else {
+            return Err(PgWireError::PortalNotFound(name));
+        };
+        let fresh = matches!(*portal.state().lock().await, PortalExecutionState::Initial);
+        if message.max_rows > 0 || !fresh {
+            return self._on_execute(client, message).await;
+        }
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let result = self.execute_streaming(client, &portal).await;
+        *portal.state().lock().await = PortalExecutionState::Finished;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        result
     }
 
     /// Describe of a portal also finds SQL cursors opened by `DECLARE` (psycopg's named
@@ -484,13 +622,20 @@ impl ExtendedQueryHandler for PgQueryHandler {
             .map(|d| d.param_types.iter().map(Option::as_ref).collect())
             .unwrap_or_default();
         let params = if portal.parameter_len() > 0 {
-            Some(arrow_pg::datatypes::df::deserialize_parameters(portal, &types)?)
+            Some(arrow_pg::datatypes::df::deserialize_parameters(
+                portal, &types,
+            )?)
         } else {
             None
         };
-        self.run(client, statement, params.as_ref(), &portal.result_column_format)
-            .await
-            .map_err(|e| to_pg_error(&e))
+        self.run(
+            client,
+            statement,
+            params.as_ref(),
+            &portal.result_column_format,
+        )
+        .await
+        .map_err(|e| to_pg_error(&e))
     }
 }
 
@@ -500,7 +645,8 @@ mod tests {
 
     #[test]
     fn startup_options_are_parsed_like_postgres() {
-        let got = parse_options("-c lakegate.engine=duckdb -csearch_path=sales --statement-timeout=5s");
+        let got =
+            parse_options("-c lakegate.engine=duckdb -csearch_path=sales --statement-timeout=5s");
         assert_eq!(
             got,
             vec![

@@ -28,12 +28,17 @@ impl PgServer {
     /// # Errors
     /// [`Error::Bind`] naming `pg.listen`.
     pub async fn bind(addr: SocketAddr, handlers: PgHandlers) -> Result<Self> {
-        let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind {
-            setting: "pg.listen",
-            addr: addr.to_string(),
-            source,
-        })?;
-        Ok(Self { listener, handlers: Arc::new(handlers) })
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind {
+                setting: "pg.listen",
+                addr: addr.to_string(),
+                source,
+            })?;
+        Ok(Self {
+            listener,
+            handlers: Arc::new(handlers),
+        })
     }
 
     /// The address actually bound.
@@ -60,7 +65,8 @@ impl PgServer {
                     let _ = socket.set_nodelay(true);
                     let handlers = self.handlers.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await
+                        {
                             warn!(%peer, error = %e, "pg connection ended with an error");
                         }
                     });
