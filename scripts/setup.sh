@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what lakegate's tests and demo need, once; later runs reuse .cache/.
-#   - system packages: psql/pgbench (postgresql-client), protoc-free build (nothing else)
+#   - system packages: PostgreSQL (server for the SQL-catalog tests, psql, pgbench), a JDK, Maven
 #   - a Python venv with PyIceberg (independent writer/reader) and the client drivers
 #   - the pgJDBC driver jar from Maven Central
 set -euo pipefail
@@ -10,6 +10,7 @@ mkdir -p "$CACHE"
 
 need_apt=()
 command -v psql >/dev/null || need_apt+=(postgresql-client)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
