@@ -19,6 +19,8 @@ pub struct Config {
     pub catalog: CatalogConfig,
     /// The Postgres wire protocol endpoint.
     pub pg: PgConfig,
+    /// The Arrow Flight SQL endpoint.
+    pub flight: FlightConfig,
     /// The embedded DataFusion engine.
     pub datafusion: DataFusionConfig,
 }
@@ -70,6 +72,22 @@ impl Default for PgConfig {
     }
 }
 
+/// `[flight]`: the Arrow Flight SQL endpoint.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlightConfig {
+    /// Address to listen on (default `127.0.0.1:32010`).
+    pub listen: String,
+}
+
+impl Default for FlightConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:32010".into(),
+        }
+    }
+}
+
 /// `[datafusion]`: the embedded engine.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -103,6 +121,8 @@ pub struct Overrides {
     pub warehouse: Option<String>,
     /// `--pg-listen`
     pub pg_listen: Option<String>,
+    /// `--flight-listen`
+    pub flight_listen: Option<String>,
 }
 
 impl Config {
@@ -152,6 +172,9 @@ impl Config {
         if let Some(v) = &o.pg_listen {
             self.pg.listen = v.clone();
         }
+        if let Some(v) = &o.flight_listen {
+            self.flight.listen = v.clone();
+        }
     }
 
     /// Checks every setting that can be checked without connecting.
@@ -188,6 +211,7 @@ impl Config {
             ));
         }
         self.pg_listen_addr()?;
+        self.flight_listen_addr()?;
         if self.pg.database.trim().is_empty() {
             return Err(bad("pg.database", "must not be empty".into()));
         }
@@ -207,6 +231,20 @@ impl Config {
             reason: format!(
                 "`{}` is not an address: use IP:PORT, e.g. 127.0.0.1:5433 (flag --pg-listen)",
                 self.pg.listen
+            ),
+        })
+    }
+
+    /// The Flight SQL listen address, parsed.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for `flight.listen` when it is not `host:port`.
+    pub fn flight_listen_addr(&self) -> Result<SocketAddr> {
+        self.flight.listen.parse().map_err(|_| Error::Config {
+            setting: "flight.listen".into(),
+            reason: format!(
+                "`{}` is not an address: use IP:PORT, e.g. 127.0.0.1:32010 (flag --flight-listen)",
+                self.flight.listen
             ),
         })
     }
@@ -239,6 +277,7 @@ mod tests {
         assert_eq!(c.catalog.name, "lake");
         assert_eq!(c.pg.database, "lakegate");
         assert_eq!(c.pg.default_schema, "public");
+        assert_eq!(c.flight.listen, "127.0.0.1:32010");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::frontend::flight::{FlightServer, FlightSqlFrontend};
 use crate::frontend::pg::{PgHandlers, PgServer};
 use crate::service::GatewayService;
 
@@ -17,6 +18,8 @@ use crate::service::GatewayService;
 pub struct Gateway {
     pg: PgServer,
     pg_addr: SocketAddr,
+    flight: FlightServer,
+    flight_addr: SocketAddr,
 }
 
 impl Gateway {
@@ -43,6 +46,17 @@ impl Gateway {
             },
         )?);
         let service = Arc::new(GatewayService::new(lake, engine));
+        let flight_frontend = FlightSqlFrontend::try_new(
+            service.clone(),
+            config.pg.database.clone(),
+            config.pg.default_schema.clone(),
+        )?;
+        let flight = FlightServer::bind(config.flight_listen_addr()?, flight_frontend).await?;
+        let flight_addr = flight.local_addr().map_err(|source| Error::Bind {
+            setting: "flight.listen",
+            addr: config.flight.listen.clone(),
+            source,
+        })?;
         let handlers = PgHandlers::new(service, config.pg.default_schema.clone());
         let pg = PgServer::bind(config.pg_listen_addr()?, handlers).await?;
         let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
@@ -50,7 +64,17 @@ impl Gateway {
             addr: config.pg.listen.clone(),
             source,
         })?;
-        Ok(Self { pg, pg_addr })
+        Ok(Self {
+            pg,
+            pg_addr,
+            flight,
+            flight_addr,
+        })
+    }
+
+    /// The Flight SQL endpoint's bound address.
+    pub fn flight_addr(&self) -> SocketAddr {
+        self.flight_addr
     }
 
     /// The Postgres endpoint's bound address.
@@ -60,7 +84,7 @@ impl Gateway {
 
     /// Serves until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
-        info!(pg = %self.pg_addr, "lakegate serving");
-        self.pg.run(shutdown).await;
+        info!(pg = %self.pg_addr, flight = %self.flight_addr, "lakegate serving");
+        tokio::join!(self.pg.run(shutdown.clone()), self.flight.run(shutdown));
     }
 }

@@ -60,6 +60,9 @@ struct Flags {
     /// Postgres endpoint address (default 127.0.0.1:5433).
     #[arg(long)]
     pg_listen: Option<String>,
+    /// Arrow Flight SQL endpoint address (default 127.0.0.1:32010).
+    #[arg(long)]
+    flight_listen: Option<String>,
 }
 
 impl Flags {
@@ -69,6 +72,7 @@ impl Flags {
             catalog_name: self.catalog_name.clone(),
             warehouse: self.warehouse.clone(),
             pg_listen: self.pg_listen.clone(),
+            flight_listen: self.flight_listen.clone(),
         }
     }
 }
@@ -124,7 +128,11 @@ async fn run() -> anyhow::Result<()> {
     };
     let gateway = Gateway::build(config).await?;
     // Scripts and tests read this line to find the (possibly ephemeral) port.
-    println!("lakegate listening pg={}", gateway.pg_addr());
+    println!(
+        "lakegate listening pg={} flight={}",
+        gateway.pg_addr(),
+        gateway.flight_addr()
+    );
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {

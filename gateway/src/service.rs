@@ -97,6 +97,22 @@ impl GatewayService {
         Ok(statements)
     }
 
+    /// Every namespace and table in the lake, as of now (for metadata APIs).
+    ///
+    /// # Errors
+    /// When the catalog fails.
+    pub async fn directory(&self) -> Result<lakegate_engines::lake::Directory> {
+        Ok(self.lake.directory().await?)
+    }
+
+    /// The current Arrow schema of `schema.table`.
+    ///
+    /// # Errors
+    /// Unknown table, catalog failures.
+    pub async fn table_schema(&self, schema: &str, table: &str) -> Result<SchemaRef> {
+        Ok(self.lake.resolve(schema, table).await?.schema)
+    }
+
     /// Resolves every lake table the statement reads to its current version.
     async fn pins(&self, statement: &Statement, session: &Session) -> Result<Pins> {
         let settings = session.engine_settings();

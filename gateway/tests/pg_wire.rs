@@ -79,7 +79,12 @@ fn start() -> TestGateway {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lakegate"))
         .arg("serve")
         .args(&lake.flags)
-        .args(["--pg-listen", "127.0.0.1:0"])
+        .args([
+            "--pg-listen",
+            "127.0.0.1:0",
+            "--flight-listen",
+            "127.0.0.1:0",
+        ])
         .env("LAKEGATE_LOG", "warn")
         .stdout(Stdio::piped())
         .spawn()
@@ -90,9 +95,9 @@ fn start() -> TestGateway {
         .read_line(&mut line)
         .expect("read banner");
     let port = line
-        .trim()
-        .rsplit(':')
-        .next()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("pg="))
+        .and_then(|a| a.rsplit(':').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("unexpected banner {line:?}"));
     let _ = &lake.dir;

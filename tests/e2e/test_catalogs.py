@@ -64,3 +64,40 @@ def test_sql_catalog_on_postgresql(pg_catalog):
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def rest_catalog():
+    data = Path(tempfile.mkdtemp(prefix="lakegate-rest-"))
+    port = free_port()
+    script = str(ROOT / "scripts" / "rest-catalog.sh")
+    subprocess.run([script, "start", str(data), str(port)], check=True, timeout=300)
+    try:
+        yield data, port
+    finally:
+        subprocess.run([script, "stop", str(data)], check=False, timeout=60)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_rest_catalog(rest_catalog):
+    """Apache Iceberg's own REST catalog server: PyIceberg writes, lakegate reads."""
+    from pyiceberg.catalog import load_catalog
+
+    _, port = rest_catalog
+    cat = load_catalog("lake", type="rest", uri=f"http://127.0.0.1:{port}")
+    cat.create_namespace("public")
+    spec = wh.PartitionSpec(wh.PartitionField(source_id=3, field_id=1000,
+                                              transform=wh.DayTransform(), name="order_day"))
+    cat.create_table("public.orders", schema=wh.ORDERS_SCHEMA, partition_spec=spec)
+    cat.load_table("public.orders").append(wh.orders_batch(1, 60))
+    gw = start_gateway(["--catalog-uri", f"http://127.0.0.1:{port}", "--catalog-name", "lake"])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*), max(order_id) FROM orders").fetchone() == (60, 60)
+            cat.load_table("public.orders").append(wh.orders_batch(61, 5))
+            assert conn.execute("SELECT count(*) FROM orders").fetchone() == (65,)
+            assert ("public",) in conn.execute(
+                "SELECT schema_name FROM information_schema.schemata").fetchall()
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=10)
