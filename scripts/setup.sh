@@ -35,4 +35,10 @@ if [ ! -f "$JARS/postgresql-$PGJDBC_VERSION.jar" ]; then
   mkdir -p "$JARS"
   mvn -q dependency:copy -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
 fi
+FLIGHT_JDBC_VERSION=18.3.0
+if [ ! -f "$JARS/flight-sql-jdbc-driver-$FLIGHT_JDBC_VERSION.jar" ]; then
+  echo "setup: Arrow Flight SQL JDBC driver $FLIGHT_JDBC_VERSION from Maven Central"
+  mkdir -p "$JARS"
+  mvn -q dependency:copy -Dartifact="org.apache.arrow:flight-sql-jdbc-driver:$FLIGHT_JDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
+fi
 echo "setup: ok"

@@ -103,3 +103,51 @@ def _varint(n: int) -> bytes:
         out.append(b | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+FLIGHT_JDBC_TEST = r"""
+import java.sql.*;
+public class FlightJdbcCheck {
+  public static void main(String[] a) throws Exception {
+    try (Connection c = DriverManager.getConnection(a[0])) {
+      StringBuilder tables = new StringBuilder();
+      try (ResultSet rs = c.getMetaData().getTables(null, "public", "%", null)) {
+        while (rs.next()) tables.append(rs.getString("TABLE_NAME")).append(',');
+      }
+      System.out.println("tables=" + tables);
+      try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT count(*) AS n, max(order_id) AS m FROM orders")) {
+        rs.next();
+        System.out.println("count=" + rs.getLong(1) + "," + rs.getLong(2));
+      }
+      try (PreparedStatement ps = c.prepareStatement("SELECT count(*) FROM orders WHERE order_id <= ?")) {
+        ps.setLong(1, 100);
+        try (ResultSet rs = ps.executeQuery()) { rs.next(); System.out.println("prepared=" + rs.getLong(1)); }
+      }
+    }
+  }
+}
+"""
+
+
+def test_flight_sql_jdbc_driver(gateway, expected, tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    jars = Path(os.environ.get("LAKEGATE_JARS", Path(__file__).resolve().parents[2] / ".cache" / "jars"))
+    jar = next(jars.glob("flight-sql-jdbc-driver-*.jar"), None)
+    if jar is None:
+        pytest.fail("Flight SQL JDBC driver missing: run scripts/setup.sh")
+    src = tmp_path / "FlightJdbcCheck.java"
+    src.write_text(FLIGHT_JDBC_TEST)
+    subprocess.run(["javac", "-d", str(tmp_path), str(src)], check=True, timeout=120)
+    url = f"jdbc:arrow-flight-sql://127.0.0.1:{gateway.flight_port}/?useEncryption=false"
+    out = subprocess.run(
+        ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{tmp_path}:{jar}", "FlightJdbcCheck", url],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(line.split("=", 1) for line in out.stdout.strip().splitlines() if "=" in line)
+    assert {"orders", "customers", "all_types"} <= set(lines["tables"].strip(",").split(","))
+    assert lines["count"] == f"{expected['orders_count']},{expected['orders_max_id']}"
+    assert lines["prepared"] == "100"
