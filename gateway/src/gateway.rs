@@ -14,6 +14,55 @@ use crate::frontend::flight::{FlightServer, FlightSqlFrontend};
 use crate::frontend::pg::{PgHandlers, PgServer};
 use crate::service::GatewayService;
 
+/// Connects to the lake and builds the engine and the query service every frontend shares.
+///
+/// # Errors
+/// Catalog connection failures, engine setup failures.
+pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
+    config.validate()?;
+    let lake = Arc::new(Lake::connect(config.lake()).await.map_err(|e| match e {
+        lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => Error::Config {
+            setting: setting.into(),
+            reason,
+        },
+        other => Error::Engine(other),
+    })?);
+    let engine: Arc<dyn Engine> = Arc::new(DataFusionEngine::try_new(
+        lake.clone(),
+        DataFusionOptions {
+            database: config.pg.database.clone(),
+            target_partitions: config.datafusion.target_partitions,
+            batch_size: config.datafusion.batch_size,
+            memory_limit: config.datafusion.memory_limit_mb.saturating_mul(1 << 20),
+        },
+    )?);
+    Ok(Arc::new(GatewayService::new(lake, engine)))
+}
+
+/// Runs `sql` in-process through the query service and drains the result: (rows, Arrow bytes).
+/// Used by `lakegate exec` and the benchmarks as the no-wire baseline.
+///
+/// # Errors
+/// Any error of the statement.
+pub async fn execute_local(config: &Config, sql: &str) -> Result<(u64, u64)> {
+    use futures::StreamExt;
+    let service = build_service(config).await?;
+    let mut session = crate::session::Session::new("local", &config.pg.default_schema);
+    let (mut rows, mut bytes) = (0u64, 0u64);
+    for statement in service.parse(sql)? {
+        if let crate::service::QueryOutput::Rows { mut stream, .. } =
+            service.execute(&statement, None, &mut session).await?
+        {
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(lakegate_engines::Error::from)?;
+                rows += batch.num_rows() as u64;
+                bytes += batch.get_array_memory_size() as u64;
+            }
+        }
+    }
+    Ok((rows, bytes))
+}
+
 /// A built gateway, bound and ready to run.
 pub struct Gateway {
     pg: PgServer,
@@ -28,24 +77,11 @@ impl Gateway {
     /// # Errors
     /// Catalog connection failures, bind failures, engine setup failures.
     pub async fn build(config: Config) -> Result<Self> {
-        config.validate()?;
-        let lake = Arc::new(Lake::connect(config.lake()).await.map_err(|e| match e {
-            lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => Error::Config {
-                setting: setting.into(),
-                reason,
-            },
-            other => Error::Engine(other),
-        })?);
-        let engine: Arc<dyn Engine> = Arc::new(DataFusionEngine::try_new(
-            lake.clone(),
-            DataFusionOptions {
-                database: config.pg.database.clone(),
-                target_partitions: config.datafusion.target_partitions,
-                batch_size: config.datafusion.batch_size,
-                memory_limit: config.datafusion.memory_limit_mb.saturating_mul(1 << 20),
-            },
-        )?);
-        let service = Arc::new(GatewayService::new(lake, engine));
+        let service = build_service(&config).await?;
+        Self::serve(config, service).await
+    }
+
+    async fn serve(config: Config, service: Arc<GatewayService>) -> Result<Self> {
         let flight_frontend = FlightSqlFrontend::try_new(
             service.clone(),
             config.pg.database.clone(),

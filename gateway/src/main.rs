@@ -29,6 +29,18 @@ enum Command {
         #[command(flatten)]
         flags: Flags,
     },
+    /// Run SQL in-process (no wire protocol) and print rows, bytes and time: a debugging aid and
+    /// the benchmarks' no-wire baseline.
+    Exec {
+        /// The SQL to run.
+        #[arg(long)]
+        sql: String,
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        flags: Flags,
+    },
     /// Create a small demo lakehouse (SQLite catalog + local warehouse) and serve it.
     Demo {
         /// Directory for the demo's catalog and warehouse.
@@ -99,6 +111,14 @@ async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = match cli.command {
         Command::Serve { config, flags } => Config::load(config.as_deref(), &flags.overrides())?,
+        Command::Exec { sql, config, flags } => {
+            let config = Config::load(config.as_deref(), &flags.overrides())?;
+            let started = std::time::Instant::now();
+            let (rows, bytes) = lakegate_gateway::gateway::execute_local(&config, &sql).await?;
+            let secs = started.elapsed().as_secs_f64();
+            println!("rows={rows} bytes={bytes} seconds={secs:.3}");
+            return Ok(());
+        }
         Command::Demo {
             dir,
             order_commits,
