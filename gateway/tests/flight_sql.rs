@@ -175,3 +175,128 @@ async fn errors_are_grpc_statuses() {
     assert_eq!(code(&err), Some(tonic::Code::Unimplemented), "{err}");
     assert!(err.to_string().contains("read-only"), "{err}");
 }
+
+#[tokio::test]
+async fn capability_metadata_answers() {
+    use arrow_flight::sql::{CommandGetPrimaryKeys, SqlInfo};
+    let gw = start();
+    let mut client = client(&gw).await;
+    let info = client
+        .get_sql_info(vec![
+            SqlInfo::FlightSqlServerName,
+            SqlInfo::FlightSqlServerReadOnly,
+        ])
+        .await
+        .expect("sql info");
+    let batches = fetch(&mut client, info).await;
+    assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
+    let info = client.get_table_types().await.expect("table types");
+    let batches = fetch(&mut client, info).await;
+    let types = batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .expect("text")
+        .value(0)
+        .to_string();
+    assert_eq!(types, "TABLE");
+    let info = client
+        .get_xdbc_type_info(arrow_flight::sql::CommandGetXdbcTypeInfo { data_type: None })
+        .await
+        .expect("xdbc");
+    let batches = fetch(&mut client, info).await;
+    assert!(batches.iter().map(RecordBatch::num_rows).sum::<usize>() >= 10);
+    let info = client
+        .get_primary_keys(CommandGetPrimaryKeys {
+            catalog: None,
+            db_schema: None,
+            table: "orders".into(),
+        })
+        .await
+        .expect("primary keys");
+    assert_eq!(
+        fetch(&mut client, info)
+            .await
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum::<usize>(),
+        0
+    );
+}
+
+fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).expect("proc");
+    if file == "stat" {
+        // utime + stime (fields 14 and 15), in clock ticks
+        let fields: Vec<&str> = text
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        return fields
+            .get(11)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            + fields
+                .get(12)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+    }
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn large_results_stream_and_a_disconnect_stops_the_query() {
+    let gw = start();
+    let pid = gw.child.id();
+    let mut client = client(&gw).await;
+    // 3M rows stream through without being held whole.
+    let info = client
+        .execute(
+            "SELECT value, value * 2 AS twice FROM generate_series(1, 3000000)".into(),
+            None,
+        )
+        .await
+        .expect("execute");
+    let batches = fetch(&mut client, info).await;
+    assert_eq!(
+        batches.iter().map(RecordBatch::num_rows).sum::<usize>(),
+        3_000_000
+    );
+    let peak_kb = proc_field(pid, "status", "VmHWM");
+    assert!(
+        peak_kb < 400 * 1024,
+        "peak RSS {peak_kb} kB suggests the result was materialised"
+    );
+
+    // An endless query: read a little, then go away; the gateway must stop working on it.
+    let info = client
+        .execute(
+            "SELECT value FROM generate_series(1, 4000000000)".into(),
+            None,
+        )
+        .await
+        .expect("execute");
+    let ticket = info.endpoint[0].ticket.clone().expect("ticket");
+    let mut stream = client.do_get(ticket).await.expect("do_get");
+    for _ in 0..3 {
+        let _ = futures::StreamExt::next(&mut stream).await;
+    }
+    drop(stream);
+    drop(client);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let before = proc_field(pid, "stat", "");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let after = proc_field(pid, "stat", "");
+    // 3 s of a running scan would burn ~300 ticks; an idle gateway a handful.
+    assert!(
+        after - before < 50,
+        "gateway kept working after the client left: {} ticks in 3 s",
+        after - before
+    );
+}
