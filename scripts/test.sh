@@ -16,7 +16,7 @@ export LAKEGATE_PYTHON="$PWD/.cache/venv/bin/python"
 export LAKEGATE_JARS="$PWD/.cache/jars"
 
 cargo build --workspace --bins
-export LAKEGATE_BIN="$PWD/target/debug/lakegate"
+export LAKEGATE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/lakegate"
 
 if [ "$mode" != e2e ]; then
   cargo test --workspace --no-fail-fast
