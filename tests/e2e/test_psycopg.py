@@ -53,6 +53,7 @@ def test_all_types_round_trip(gateway, binary):
     assert first[11] == dt.datetime(2024, 2, 29, 13, 45, 30, 123456, tzinfo=dt.timezone.utc)
     assert bytes(first[12]) == b"\x00\x01\xfe\xff"
     assert first[13] == [1, 2, 3]
+    assert first[14] == "12345678-1234-5678-1234-567812345678"  # Iceberg uuid, as text
     assert second[5] == 1e100 and second[6] == decimal.Decimal("-0.001") and second[7] == ""
     assert all(v is None for v in nulls[1:])
 

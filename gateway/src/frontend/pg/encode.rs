@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::datatypes::Schema;
+use arrow::array::{ArrayRef, FixedSizeBinaryArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
@@ -34,12 +36,73 @@ pub(crate) fn format_options(session: &Session) -> Arc<FormatOptions> {
     Arc::new(options)
 }
 
+/// Arrow types the Postgres encoder has no mapping for, mapped to ones it has: Iceberg `uuid`
+/// (fixed 16 bytes) becomes its canonical text form, other fixed-size binaries become `bytea`.
+fn wire_type(data_type: &DataType) -> Option<DataType> {
+    match data_type {
+        DataType::FixedSizeBinary(16) => Some(DataType::Utf8),
+        DataType::FixedSizeBinary(_) => Some(DataType::Binary),
+        _ => None,
+    }
+}
+
+/// The schema as sent on the wire (`None`: unchanged).
+fn wire_schema(schema: &Schema) -> Option<SchemaRef> {
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| wire_type(f.data_type()).is_some())
+    {
+        return None;
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match wire_type(f.data_type()) {
+            Some(t) => f.as_ref().clone().with_data_type(t),
+            None => f.as_ref().clone(),
+        })
+        .collect();
+    Some(Arc::new(Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    )))
+}
+
+/// Converts the columns [`wire_type`] maps.
+fn to_wire(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    for column in batch.columns() {
+        columns.push(match column.data_type() {
+            DataType::FixedSizeBinary(16) => {
+                let bytes = column
+                    .as_any()
+                    .downcast_ref::<FixedSizeBinaryArray>()
+                    .ok_or_else(|| ArrowError::CastError("uuid column".into()))?;
+                let text: StringArray = bytes
+                    .iter()
+                    .map(|v| {
+                        v.and_then(|b| uuid::Uuid::from_slice(b).ok())
+                            .map(|u| u.hyphenated().to_string())
+                    })
+                    .collect();
+                Arc::new(text)
+            }
+            DataType::FixedSizeBinary(_) => arrow::compute::cast(column, &DataType::Binary)?,
+            _ => column.clone(),
+        });
+    }
+    RecordBatch::try_new(schema.clone(), columns)
+}
+
 /// Column descriptions for a result schema.
 pub(crate) fn fields(
     schema: &Schema,
     format: &Format,
     options: Arc<FormatOptions>,
 ) -> PgWireResult<Vec<FieldInfo>> {
+    let wire = wire_schema(schema);
+    let schema = wire.as_deref().unwrap_or(schema);
     // A bare NULL column has no type; PostgreSQL calls it text, and drivers (asyncpg) refuse
     // the `unknown` type in results.
     let fields = arrow_schema_to_pg_fields(schema, format, Some(options.clone()))?;
@@ -71,6 +134,7 @@ pub(crate) fn query_response(
     cancel: CancellationToken,
 ) -> PgWireResult<QueryResponse> {
     let fields = Arc::new(fields(&stream.schema(), format, options)?);
+    let wire = wire_schema(&stream.schema());
     // A cancel request drops the engine's stream (stopping the query) and ends the rows
     // with 57014.
     let cancelled = cancel.clone();
@@ -85,6 +149,10 @@ pub(crate) fn query_response(
     let row_fields = fields.clone();
     let rows = stream
         .map(move |batch| {
+            let batch = match (&wire, batch) {
+                (Some(schema), Ok(b)) => to_wire(b, schema).map_err(DataFusionError::from),
+                (_, other) => other,
+            };
             let rows: Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> = match batch {
                 Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
                 Err(e) => Box::new(std::iter::once(Err(to_pg_error(&Error::Engine(e.into()))))),
