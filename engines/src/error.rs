@@ -80,9 +80,12 @@ pub enum Error {
     /// DataFusion failed to plan or run the statement.
     #[error("{}", datafusion_message(.0))]
     DataFusion(Box<DataFusionError>),
-    /// The statement was cancelled (client cancel request or timeout).
+    /// The statement was cancelled by a client cancel request.
     #[error("canceling statement due to user request")]
     Canceled,
+    /// The statement ran longer than `statement_timeout`.
+    #[error("canceling statement due to statement timeout")]
+    TimedOut,
     /// The statement is not supported by this engine.
     #[error("{what} is not supported")]
     Unsupported {
@@ -116,7 +119,7 @@ impl Error {
             Self::Iceberg(e) => iceberg_kind(e),
             Self::DataFusion(e) => datafusion_kind(e),
             Self::Unsupported { .. } => ErrorKind::Unsupported,
-            Self::Canceled => ErrorKind::Canceled,
+            Self::Canceled | Self::TimedOut => ErrorKind::Canceled,
         }
     }
 }

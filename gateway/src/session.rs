@@ -227,6 +227,15 @@ impl Session {
         &self.values
     }
 
+    /// `statement_timeout` as a duration (`None`: no limit).
+    pub fn statement_timeout(&self) -> Option<std::time::Duration> {
+        let ms = self
+            .values
+            .get("statement_timeout")
+            .and_then(|v| parse_millis(v))?;
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
+    }
+
     /// The settings an engine needs.
     pub fn engine_settings(&self) -> Settings {
         let search_path: Vec<String> = self
@@ -357,12 +366,43 @@ fn normalize(name: &str, value: &str) -> Result<String> {
                 Err(invalid("only ISO date output is supported"))
             }
         }
+        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
+            let ms = parse_millis(value)
+                .ok_or_else(|| invalid("a duration such as 5000, 500ms, 5s or 1min"))?;
+            Ok(if ms == 0 {
+                "0".into()
+            } else if ms % 1000 == 0 {
+                format!("{}s", ms / 1000)
+            } else {
+                format!("{ms}ms")
+            })
+        }
         "default_transaction_read_only" | "transaction_read_only" => match value.trim() {
             "on" | "true" | "1" | "yes" => Ok("on".into()),
             _ => Err(invalid("lakegate is read-only")),
         },
         _ => Ok(value.to_string()),
     }
+}
+
+/// A PostgreSQL duration in milliseconds: a bare number is milliseconds; units ms, s, min, h, d.
+pub fn parse_millis(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let split = v
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let factor = match unit.trim() {
+        "" | "ms" => 1.0,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    let ms = number * factor;
+    (ms.is_finite() && ms >= 0.0).then_some(ms as u64)
 }
 
 /// A `+HH:MM` / `-HH` offset, as accepted for `TimeZone`.
@@ -429,6 +469,24 @@ mod tests {
         s.set("search_path", "other").expect("set");
         s.reset_all();
         assert_eq!(s.show("search_path").expect("known"), "sales, public");
+    }
+
+    #[test]
+    fn statement_timeout_accepts_postgres_durations() {
+        let mut s = session();
+        assert_eq!(s.statement_timeout(), None);
+        s.set("statement_timeout", "1500").expect("ms");
+        assert_eq!(s.show("statement_timeout").expect("set"), "1500ms");
+        assert_eq!(
+            s.statement_timeout(),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        s.set("statement_timeout", "2s").expect("s");
+        assert_eq!(s.show("statement_timeout").expect("set"), "2s");
+        assert!(matches!(
+            s.set("statement_timeout", "soon"),
+            Err(Error::InvalidSetting { .. })
+        ));
     }
 
     #[test]

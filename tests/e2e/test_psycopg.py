@@ -156,3 +156,14 @@ def test_cross_namespace_join(gateway):
             "JOIN customers c ON c.customer_id % 2 + 1 = r.region_id GROUP BY r.name ORDER BY 1"
         ).fetchall()
     assert rows == [("amer", 25), ("emea", 25)]
+
+
+def test_statement_timeout_cancels_with_57014_and_connection_survives(gateway):
+    with connect(gateway) as conn:
+        conn.execute("SET statement_timeout = '300ms'")
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("300ms",)
+        with pytest.raises(errors.QueryCanceled) as info:
+            conn.execute("SELECT count(*) FROM generate_series(1, 4000000000) AS g(v) WHERE v % 7 = 3")
+        assert "statement timeout" in str(info.value)
+        conn.execute("RESET statement_timeout")
+        assert conn.execute("SELECT 1").fetchone() == (1,)

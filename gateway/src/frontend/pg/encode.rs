@@ -132,17 +132,27 @@ pub(crate) fn query_response(
     format: &Format,
     options: Arc<FormatOptions>,
     cancel: CancellationToken,
+    timed_out: Arc<std::sync::atomic::AtomicBool>,
 ) -> PgWireResult<QueryResponse> {
     let fields = Arc::new(fields(&stream.schema(), format, options)?);
     let wire = wire_schema(&stream.schema());
     // A cancel request drops the engine's stream (stopping the query) and ends the rows
-    // with 57014.
+    // with 57014 (cancel request or statement_timeout).
     let cancelled = cancel.clone();
-    let tail = stream::once(async move { cancelled.is_cancelled() }).filter_map(|c| async move {
-        c.then(|| {
-            Err(DataFusionError::External(Box::new(
-                lakegate_engines::Error::Canceled,
-            )))
+    let tail = stream::once(async move {
+        (
+            cancelled.is_cancelled(),
+            timed_out.load(std::sync::atomic::Ordering::SeqCst),
+        )
+    })
+    .filter_map(|(cancelled, timed_out)| async move {
+        cancelled.then(|| {
+            let reason = if timed_out {
+                lakegate_engines::Error::TimedOut
+            } else {
+                lakegate_engines::Error::Canceled
+            };
+            Err(DataFusionError::External(Box::new(reason)))
         })
     });
     let stream = stream.take_until(cancel.cancelled_owned()).chain(tail);

@@ -390,16 +390,43 @@ impl PgQueryHandler {
             .map(|c| c.start())
             .unwrap_or_default();
         let mut session = cell.lock().await;
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Some(limit) = session.statement_timeout() {
+            // The timer cancels the statement's token, planning or streaming alike.
+            let (token, flag) = (token.clone(), timed_out.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(limit) => {
+                        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                        token.cancel();
+                    }
+                    _ = token.cancelled() => {}
+                }
+            });
+        }
         let output = tokio::select! {
             output = self.service.execute(statement, params, &mut session) => output?,
-            _ = token.cancelled() => return Err(Error::Canceled),
+            _ = token.cancelled() => {
+                return Err(if timed_out.load(std::sync::atomic::Ordering::SeqCst) {
+                    Error::Engine(lakegate_engines::Error::TimedOut)
+                } else {
+                    Error::Canceled
+                });
+            }
         };
         match output {
             QueryOutput::Rows { stream, tag } => {
-                let response = query_response(stream, tag, format, format_options(&session), token)
-                    .map_err(|e| Error::Unsupported {
-                        what: e.to_string(),
-                    })?;
+                let response = query_response(
+                    stream,
+                    tag,
+                    format,
+                    format_options(&session),
+                    token,
+                    timed_out,
+                )
+                .map_err(|e| Error::Unsupported {
+                    what: e.to_string(),
+                })?;
                 Ok(Response::Query(response))
             }
             QueryOutput::Command(cmd) => {
