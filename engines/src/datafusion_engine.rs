@@ -141,6 +141,14 @@ impl DataFusionEngine {
     async fn context(&self, request: &EngineRequest<'_>) -> Result<SessionContext> {
         let directory = self.directory_for(request.statement).await?;
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
+        let system = Arc::new(datafusion::catalog::MemorySchemaProvider::new());
+        for (name, batch) in request.system_tables {
+            let table = datafusion::datasource::MemTable::try_new(
+                batch.schema(),
+                vec![vec![batch.clone()]],
+            )?;
+            system.register_table(name.clone(), Arc::new(table))?;
+        }
         catalogs.register_catalog(
             self.database.clone(),
             Arc::new(LakeCatalog {
@@ -148,6 +156,7 @@ impl DataFusionEngine {
                 pins: request.pins.clone(),
                 directory,
                 pg_catalog: self.pg_catalog.clone(),
+                system,
             }),
         );
         let mut config = self.base.config().clone();
@@ -253,6 +262,7 @@ struct LakeCatalog {
     pins: Pins,
     directory: Arc<Directory>,
     pg_catalog: Arc<dyn SchemaProvider>,
+    system: Arc<dyn SchemaProvider>,
 }
 
 impl CatalogProvider for LakeCatalog {
@@ -263,12 +273,16 @@ impl CatalogProvider for LakeCatalog {
     fn schema_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.directory.schemas.keys().cloned().collect();
         names.push("pg_catalog".to_string());
+        names.push(crate::system_catalog::LAKEGATE_SCHEMA.to_string());
         names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         if name == "pg_catalog" {
             return Some(self.pg_catalog.clone());
+        }
+        if name == crate::system_catalog::LAKEGATE_SCHEMA {
+            return Some(self.system.clone());
         }
         if SYSTEM_SCHEMAS.contains(&name) {
             return None;

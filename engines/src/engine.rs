@@ -100,6 +100,9 @@ pub struct EngineRequest<'a> {
     pub pins: &'a Pins,
     /// The session's settings.
     pub settings: &'a Settings,
+    /// lakegate's own tables for this statement (`lakegate.<name>`: cache statistics, ...),
+    /// materialised by the gateway; only the embedded engine serves them.
+    pub system_tables: &'a [(String, arrow::record_batch::RecordBatch)],
 }
 
 /// What a statement needs and returns, known before it runs.

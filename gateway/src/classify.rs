@@ -92,6 +92,23 @@ pub fn lake_tables(statement: &Statement, default_schema: &str) -> Result<Vec<Ta
     Ok(out)
 }
 
+/// The `lakegate.<name>` system tables a statement reads.
+///
+/// # Errors
+/// When DataFusion's reference resolver rejects the statement.
+pub fn system_tables(statement: &Statement) -> Result<Vec<String>> {
+    let (refs, _) = datafusion::sql::resolve::resolve_table_references(
+        &DfStatement::Statement(Box::new(statement.clone())),
+        true,
+    )
+    .map_err(lakegate_engines::Error::from)?;
+    Ok(refs
+        .iter()
+        .filter(|r| r.schema() == Some(lakegate_engines::system_catalog::LAKEGATE_SCHEMA))
+        .map(|r| r.table().to_string())
+        .collect())
+}
+
 /// Names called as table functions in FROM (`generate_series(1, 10)`), which are not tables.
 fn table_functions(statement: &Statement) -> Vec<String> {
     use datafusion::sql::sqlparser::ast::{TableFactor, Visit, Visitor};

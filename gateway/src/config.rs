@@ -23,6 +23,8 @@ pub struct Config {
     pub flight: FlightConfig,
     /// The embedded DataFusion engine.
     pub datafusion: DataFusionConfig,
+    /// The result cache.
+    pub cache: crate::cache::CacheConfig,
 }
 
 /// `[catalog]`: where the lake is.

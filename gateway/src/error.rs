@@ -83,6 +83,15 @@ pub enum Error {
     /// The lake or an engine failed.
     #[error(transparent)]
     Engine(#[from] lakegate_engines::Error),
+    /// An error shared by every statement that waited on the same computation.
+    #[error("{0}")]
+    Shared(std::sync::Arc<Error>),
+    /// A `lakegate.<name>` table that does not exist.
+    #[error("relation \"lakegate.{name}\" does not exist")]
+    UnknownSystemTable {
+        /// The table's name.
+        name: String,
+    },
 }
 
 /// Short form of `Result` with the gateway's error.
@@ -104,6 +113,8 @@ impl Error {
             Self::DuplicateCursor { .. } => ErrorKind::DuplicateCursor,
             Self::Canceled => ErrorKind::Canceled,
             Self::Engine(e) => e.kind(),
+            Self::Shared(e) => e.kind(),
+            Self::UnknownSystemTable { .. } => ErrorKind::UndefinedTable,
         }
     }
 }

@@ -36,7 +36,11 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             memory_limit: config.datafusion.memory_limit_mb.saturating_mul(1 << 20),
         },
     )?);
-    Ok(Arc::new(GatewayService::new(lake, engine)))
+    Ok(Arc::new(GatewayService::new(
+        lake,
+        engine,
+        config.cache.clone(),
+    )))
 }
 
 /// Runs `sql` in-process through the query service and drains the result: (rows, Arrow bytes).

@@ -5,7 +5,8 @@
 //!     1. parse      sqlparser, PostgreSQL dialect (+ rewrites for what BI tools send)
 //!     2. classify   query / session / transaction / cursor / refused write
 //!     3. resolve    each lake table → its current metadata location (the version token)
-//!     4. execute    embedded DataFusion over the pinned snapshots → Arrow batches
+//!     4. cache      key = statement + params + settings + every table's metadata location
+//!     5. execute    embedded DataFusion over the pinned snapshots → Arrow batches
 //! ◀── rows encoded per column format (text or binary), streamed batch by batch
 //! ```
 //!
@@ -14,6 +15,7 @@
 //! - [`config`]: TOML configuration and command-line overrides.
 //! - [`gateway`]: builds the services and runs the servers.
 //! - [`service`]: the protocol-neutral query pipeline.
+//! - [`cache`]: the result cache keyed by the snapshots a result read.
 //! - [`classify`]: statement kinds and the tables a statement reads.
 //! - [`output_names`]: PostgreSQL's names for result columns.
 //! - [`session`]: per-connection settings and cursors.
@@ -21,6 +23,7 @@
 //! - [`demo`]: the demo estate.
 //! - [`error`]: the gateway's error type.
 
+pub mod cache;
 pub mod classify;
 pub mod config;
 pub mod demo;

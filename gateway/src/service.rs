@@ -18,6 +18,7 @@ use lakegate_engines::{Engine, EngineRequest, Lake, Pins};
 use sync_wrapper::SyncWrapper;
 use tracing::{debug, instrument};
 
+use crate::cache::{CacheConfig, CachedResult, ResultCache, Uncached};
 use crate::classify::{self, StatementKind};
 use crate::error::{Error, Result};
 use crate::output_names;
@@ -73,16 +74,36 @@ pub struct GatewayService {
     lake: Arc<Lake>,
     engine: Arc<dyn Engine>,
     parser: PostgresCompatibilityParser,
+    cache: ResultCache,
 }
 
 impl GatewayService {
-    /// A service over `lake`, executing on `engine`.
-    pub fn new(lake: Arc<Lake>, engine: Arc<dyn Engine>) -> Self {
+    /// A service over `lake`, executing on `engine`, caching results per `cache`.
+    pub fn new(lake: Arc<Lake>, engine: Arc<dyn Engine>, cache: CacheConfig) -> Self {
         Self {
             lake,
             engine,
             parser: PostgresCompatibilityParser::new(),
+            cache: ResultCache::new(cache),
         }
+    }
+
+    /// The result cache.
+    pub fn cache(&self) -> &ResultCache {
+        &self.cache
+    }
+
+    /// Materialises the `lakegate.<name>` tables a statement reads.
+    async fn system_tables(&self, statement: &Statement) -> Result<Vec<(String, RecordBatch)>> {
+        let mut out = Vec::new();
+        for name in classify::system_tables(statement)? {
+            let batch = match name.as_str() {
+                "cache_stats" => self.cache.stats_batch().await,
+                _ => return Err(Error::UnknownSystemTable { name }),
+            };
+            out.push((name, batch));
+        }
+        Ok(out)
     }
 
     /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).
@@ -139,11 +160,13 @@ impl GatewayService {
                 let names = output_names::apply(&mut statement);
                 let pins = self.pins(&statement, session).await?;
                 let settings = session.engine_settings();
+                let system_tables = self.system_tables(&statement).await?;
                 let request = EngineRequest {
                     statement: &statement,
                     params: None,
                     pins: &pins,
                     settings: &settings,
+                    system_tables: &system_tables,
                 };
                 let mut described = self.engine.describe(request).await?;
                 if let Some(names) = names {
@@ -240,15 +263,67 @@ impl GatewayService {
             debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
         }
         let settings = session.engine_settings();
+        let system_tables = self.system_tables(statement).await?;
         let request = EngineRequest {
             statement,
             params,
             pins: &pins,
             settings: &settings,
+            system_tables: &system_tables,
         };
+        if self.cache.enabled()
+            && system_tables.is_empty()
+            && ResultCache::cacheable(statement, &pins)
+        {
+            let key = ResultCache::key(statement, params, &pins, &settings);
+            let max = self.cache.max_entry_bytes();
+            let computed = self
+                .cache
+                .get_or_compute(key, async {
+                    let stream = self
+                        .execute_engine(request, names.as_deref())
+                        .await
+                        .map_err(Uncached::Failed)?;
+                    collect_capped(stream, max).await
+                })
+                .await;
+            match computed {
+                Ok(result) => {
+                    return Ok(batches_stream(
+                        result.schema.clone(),
+                        result.batches.clone(),
+                    ));
+                }
+                Err(e) => match Arc::try_unwrap(e) {
+                    Ok(Uncached::TooLarge) => {}
+                    Ok(Uncached::Failed(err)) => return Err(err),
+                    Err(shared) => match shared.as_ref() {
+                        Uncached::TooLarge => {}
+                        Uncached::Failed(_) => {
+                            return Err(Error::Shared(Arc::new(match Arc::try_unwrap(shared) {
+                                Ok(Uncached::Failed(err)) => err,
+                                _ => Error::Unsupported {
+                                    what: "shared computation failed".into(),
+                                },
+                            })));
+                        }
+                    },
+                },
+            }
+        } else {
+            self.cache.bypass();
+        }
+        self.execute_engine(request, names.as_deref()).await
+    }
+
+    async fn execute_engine(
+        &self,
+        request: EngineRequest<'_>,
+        names: Option<&[String]>,
+    ) -> Result<SendableRecordBatchStream> {
         let stream = self.engine.execute(request).await?;
         Ok(match names {
-            Some(names) => output_names::rename_stream(stream, &names),
+            Some(names) => output_names::rename_stream(stream, names),
             None => stream,
         })
     }
@@ -487,6 +562,36 @@ fn apply_set_config(statement: &Statement, session: &mut Session) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// Drains a stream into memory, giving up once it exceeds `max` bytes.
+async fn collect_capped(
+    mut stream: SendableRecordBatchStream,
+    max: u64,
+) -> Result<CachedResult, Uncached> {
+    let schema = stream.schema();
+    let (mut batches, mut bytes) = (Vec::new(), 0u64);
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(|e| Uncached::Failed(Error::Engine(e.into())))?;
+        // Engines hand out batches that share (and keep alive) much larger buffers; a cached
+        // result gets buffers of its own, so its size is what it really holds.
+        let indices = arrow::array::UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+        let batch = arrow::compute::take_record_batch(&batch, &indices).map_err(|e| {
+            Uncached::Failed(Error::Engine(
+                datafusion::error::DataFusionError::from(e).into(),
+            ))
+        })?;
+        bytes += batch.get_array_memory_size() as u64;
+        if bytes > max {
+            return Err(Uncached::TooLarge);
+        }
+        batches.push(batch);
+    }
+    Ok(CachedResult {
+        schema,
+        batches,
+        bytes,
+    })
 }
 
 /// Applies a `SET` and returns the setting to report back, if clients track it.

@@ -1,0 +1,257 @@
+//! The result cache, keyed by the Iceberg snapshots a result was computed from.
+//!
+//! A key is (normalised statement, bound parameters, the session settings that change results,
+//! who asks, and the metadata location of every table read). A cached answer is therefore exact
+//! until one of its tables commits: the next statement resolves a new metadata location, misses,
+//! and computes the new answer; the old entry simply ages out. Concurrent identical misses run
+//! once (single flight) and share the answer, so a commit followed by a refresh storm costs one
+//! execution. Only deterministic statements over lake tables are cached.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ParamValues;
+use datafusion::sql::sqlparser::ast::{Expr, Statement, visit_expressions};
+use lakegate_engines::{Pins, Settings};
+use serde::Deserialize;
+
+/// `[cache]` configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Whether results are cached at all (default on).
+    pub enabled: bool,
+    /// Total bytes of cached results (default 256 MiB).
+    pub max_bytes: u64,
+    /// Results larger than this are not cached (default 16 MiB).
+    pub max_entry_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: 256 << 20,
+            max_entry_bytes: 16 << 20,
+        }
+    }
+}
+
+/// A cached result.
+#[derive(Debug)]
+pub struct CachedResult {
+    /// Its columns.
+    pub schema: SchemaRef,
+    /// Its rows.
+    pub batches: Vec<RecordBatch>,
+    /// Arrow bytes held.
+    pub bytes: u64,
+}
+
+/// Counters, as `lakegate.cache_stats` shows them.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Answers served from the cache.
+    pub hits: AtomicU64,
+    /// Statements that computed their answer (and tried to cache it).
+    pub misses: AtomicU64,
+    /// Statements that waited for an identical statement already computing.
+    pub joins: AtomicU64,
+    /// Engine executions made on behalf of the cache.
+    pub executions: AtomicU64,
+    /// Results too large to cache.
+    pub too_large: AtomicU64,
+    /// Statements that are not cacheable (non-deterministic, system tables, no lake table).
+    pub bypassed: AtomicU64,
+}
+
+/// Why a statement computed by the cache was not stored.
+#[derive(Debug)]
+pub enum Uncached {
+    /// The result is larger than `max_entry_bytes`.
+    TooLarge,
+    /// The statement failed.
+    Failed(crate::error::Error),
+}
+
+/// The cache.
+pub struct ResultCache {
+    config: CacheConfig,
+    store: moka::future::Cache<u64, Arc<CachedResult>>,
+    stats: CacheStats,
+}
+
+/// Functions whose answer changes without any table changing.
+const VOLATILE: &[&str] = &[
+    "now",
+    "current_timestamp",
+    "current_date",
+    "current_time",
+    "localtime",
+    "localtimestamp",
+    "clock_timestamp",
+    "statement_timestamp",
+    "transaction_timestamp",
+    "timeofday",
+    "random",
+    "uuid",
+    "gen_random_uuid",
+    "pg_backend_pid",
+    "set_config",
+    "setseed",
+    "version",
+];
+
+impl ResultCache {
+    /// A cache with `config`'s bounds.
+    pub fn new(config: CacheConfig) -> Self {
+        let store = moka::future::Cache::builder()
+            .max_capacity(config.max_bytes)
+            .weigher(|_k: &u64, v: &Arc<CachedResult>| u32::try_from(v.bytes).unwrap_or(u32::MAX))
+            .build();
+        Self {
+            config,
+            store,
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Whether caching is on.
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+
+    /// Whether a statement's answer depends only on the tables it reads.
+    pub fn cacheable(statement: &Statement, pins: &Pins) -> bool {
+        if pins.is_empty() {
+            return false;
+        }
+        let volatile = visit_expressions(statement, |e| match e {
+            Expr::Function(f) => {
+                let name = f.name.to_string().to_ascii_lowercase();
+                let name = name.rsplit('.').next().unwrap_or_default();
+                if VOLATILE.contains(&name) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            }
+            _ => ControlFlow::Continue(()),
+        });
+        volatile.is_continue()
+    }
+
+    /// The key of a statement at these pins, for this session.
+    pub fn key(
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        pins: &Pins,
+        settings: &Settings,
+    ) -> u64 {
+        let mut h = DefaultHasher::new();
+        statement.to_string().hash(&mut h);
+        format!("{params:?}").hash(&mut h);
+        settings.user.hash(&mut h);
+        settings.time_zone.hash(&mut h);
+        settings.search_path.hash(&mut h);
+        for ((schema, table), t) in pins.iter() {
+            schema.hash(&mut h);
+            table.hash(&mut h);
+            t.metadata_location.hash(&mut h);
+        }
+        h.finish()
+    }
+
+    /// The cached answer for `key`, computing it with `compute` on a miss. Concurrent callers with
+    /// the same key wait for one computation.
+    ///
+    /// # Errors
+    /// [`Uncached::TooLarge`] when the answer exceeds the per-entry cap (the caller runs the
+    /// statement itself, streaming), or the statement's own error.
+    pub async fn get_or_compute<F>(
+        &self,
+        key: u64,
+        compute: F,
+    ) -> Result<Arc<CachedResult>, Arc<Uncached>>
+    where
+        F: std::future::Future<Output = Result<CachedResult, Uncached>>,
+    {
+        if let Some(hit) = self.store.get(&key).await {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        let max = self.config.max_entry_bytes;
+        let stats = &self.stats;
+        let entry = self
+            .store
+            .entry(key)
+            .or_try_insert_with(async move {
+                stats.executions.fetch_add(1, Ordering::Relaxed);
+                let result = match compute.await {
+                    Err(Uncached::TooLarge) => Err(Uncached::TooLarge),
+                    Ok(r) if r.bytes > max => Err(Uncached::TooLarge),
+                    other => other,
+                };
+                if matches!(result, Err(Uncached::TooLarge)) {
+                    stats.too_large.fetch_add(1, Ordering::Relaxed);
+                }
+                let result = result?;
+                Ok(Arc::new(result))
+            })
+            .await?;
+        if entry.is_fresh() {
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.joins.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(entry.into_value())
+    }
+
+    /// Counts a statement that is not cacheable.
+    pub fn bypass(&self) {
+        self.stats.bypassed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The per-entry size cap.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.config.max_entry_bytes
+    }
+
+    /// `lakegate.cache_stats`: one row per counter.
+    pub async fn stats_batch(&self) -> RecordBatch {
+        // moka counts entries lazily; settle them so the numbers are current.
+        self.store.run_pending_tasks().await;
+        let s = &self.stats;
+        let rows: [(&str, u64); 9] = [
+            ("hits", s.hits.load(Ordering::Relaxed)),
+            ("misses", s.misses.load(Ordering::Relaxed)),
+            ("single_flight_joins", s.joins.load(Ordering::Relaxed)),
+            ("executions", s.executions.load(Ordering::Relaxed)),
+            ("too_large", s.too_large.load(Ordering::Relaxed)),
+            ("bypassed", s.bypassed.load(Ordering::Relaxed)),
+            ("entries", self.store.entry_count()),
+            ("bytes", self.store.weighted_size()),
+            ("max_bytes", self.config.max_bytes),
+        ];
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("value", DataType::Int64, false),
+        ]));
+        let names: StringArray = rows.iter().map(|(n, _)| Some(*n)).collect();
+        let values: Int64Array = rows
+            .iter()
+            .map(|(_, v)| Some(i64::try_from(*v).unwrap_or(i64::MAX)))
+            .collect();
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(names), Arc::new(values)])
+            .unwrap_or_else(|_| RecordBatch::new_empty(schema))
+    }
+}

@@ -1,0 +1,144 @@
+"""The result cache keyed by Iceberg snapshots: exact under concurrent commits, one execution per
+commit under a refresh storm, bounded in bytes. Statistics come from `lakegate.cache_stats`."""
+import threading
+import time
+
+import psycopg
+import pyarrow as pa
+import pytest
+
+import warehouse as wh
+from conftest import start_gateway
+
+TICKS = pa.schema([pa.field("tick", pa.int64(), nullable=False)])
+
+
+def stats(conn) -> dict:
+    return dict(conn.execute("SELECT name, value FROM lakegate.cache_stats").fetchall())
+
+
+def make_table(lake_dir, name: str):
+    cat = wh.catalog(str(lake_dir))
+    table = cat.create_table(f"public.{name}", schema=wh.Schema(
+        wh.NestedField(1, "tick", wh.LongType(), required=True)))
+    return cat, table
+
+
+def append(cat, name: str, first: int, count: int):
+    cat.load_table(f"public.{name}").append(
+        pa.table({"tick": pa.array(range(first, first + count), pa.int64())}, schema=TICKS))
+
+
+def test_no_stale_answer_while_a_writer_commits(gateway, lake_dir):
+    cat, _ = make_table(lake_dir, "cache_live")
+    append(cat, "cache_live", 1, 10)
+    committed = {"rows": 10}
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def writer():
+        n = 10
+        while not stop.is_set():
+            append(cat, "cache_live", n + 1, 10)
+            n += 10
+            committed["rows"] = n  # set only after the commit returned
+            time.sleep(0.05)
+
+    queries = {"n": 0}
+
+    def reader():
+        with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                floor = committed["rows"]
+                count, top = conn.execute("SELECT count(*), max(tick) FROM cache_live").fetchone()
+                ceiling = committed["rows"] + 10  # a commit may land before its counter moves
+                queries["n"] += 1
+                if not (floor <= count <= ceiling and count == top and count % 10 == 0):
+                    errors.append(f"answer {count}/{top} outside [{floor}, {ceiling}]")
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(12)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors[:5]
+    assert queries["n"] >= 300, queries
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        final = len(cat.load_table("public.cache_live").scan().to_arrow())
+        assert conn.execute("SELECT count(*) FROM cache_live").fetchone() == (final,)
+        assert stats(conn)["hits"] > 0
+
+
+def test_refresh_storm_executes_about_once_per_commit(gateway, lake_dir):
+    cat, _ = make_table(lake_dir, "cache_storm")
+    append(cat, "cache_storm", 1, 5)
+    sql = "SELECT count(*), sum(tick) FROM cache_storm"
+    conns = [psycopg.connect(gateway.dsn, autocommit=True) for _ in range(200)]
+    try:
+        before = stats(conns[0])
+        stop = threading.Event()
+        commits = {"n": 0}
+        answered = {"n": 0}
+        lock = threading.Lock()
+
+        def client(conn):
+            while not stop.is_set():
+                conn.execute(sql).fetchone()
+                with lock:
+                    answered["n"] += 1
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in conns]
+        for t in threads:
+            t.start()
+        for i in range(4):
+            time.sleep(1.0)
+            append(cat, "cache_storm", 100 + i * 5, 5)
+            commits["n"] += 1
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        after = stats(conns[0])
+    finally:
+        for c in conns:
+            c.close()
+    executions = after["executions"] - before["executions"]
+    # one execution for the starting snapshot plus one per commit (a little slack for a commit
+    # landing while a computation for the previous snapshot is in flight)
+    assert executions <= commits["n"] + 3, (executions, commits, answered)
+    assert answered["n"] >= 20 * executions, (executions, answered)
+    assert after["single_flight_joins"] + after["hits"] > before["single_flight_joins"] + before["hits"]
+
+
+def test_non_deterministic_and_system_queries_are_not_cached(gateway):
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        before = stats(conn)["bypassed"]
+        a = conn.execute("SELECT now(), count(*) FROM customers").fetchone()[0]
+        time.sleep(0.01)
+        b = conn.execute("SELECT now(), count(*) FROM customers").fetchone()[0]
+        assert a != b
+        assert stats(conn)["bypassed"] >= before + 2
+
+
+def test_cache_bounds(lake_dir, tmp_path):
+    config = tmp_path / "lakegate.toml"
+    config.write_text("[cache]\nmax_bytes = 200000\nmax_entry_bytes = 20000\n")
+    gw = start_gateway(wh.flags(str(lake_dir)), ["--config", str(config)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            big = "SELECT * FROM orders"  # ~1000 rows: well over 20 kB of Arrow
+            conn.execute(big).fetchall()
+            conn.execute(big).fetchall()
+            s = stats(conn)
+            assert s["too_large"] >= 2 and s["hits"] == 0
+            for order_id in range(1, 400):
+                conn.execute("SELECT * FROM orders WHERE order_id = %s", (order_id,)).fetchall()
+            s = stats(conn)
+            assert 0 < s["bytes"] <= 200000, s
+            conn.execute("SELECT * FROM orders WHERE order_id = %s", (399,)).fetchall()
+            assert stats(conn)["hits"] >= 1
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=10)
