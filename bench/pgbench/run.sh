@@ -63,6 +63,23 @@ LG_TPS=$(tps "$LGPORT" bench lakegate)
 printf "%-12s %12s\n" peer tps postgresql "$PG_TPS" lakegate "$LG_TPS"
 awk -v a="$LG_TPS" -v b="$PG_TPS" 'BEGIN { printf "lakegate/postgresql = %.3f\n", a / b }'
 
+cat > "$WORK/dashboard.sql" <<SQL
+SELECT bid, count(*), sum(abalance) FROM accounts GROUP BY bid ORDER BY bid;
+SQL
+tps_file() { # port user db file
+  pgbench -n -M extended -c "$CLIENTS" -j 2 -T "$SECONDS_" -f "$5" -h 127.0.0.1 -p "$1" -U "$2" "$3" 2>/dev/null |
+    sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
+echo "== dashboard query repeated (lakegate: result-cache hits; PostgreSQL: its buffer cache)"
+PG_D=$(tps_file $PGPORT postgres postgres x "$WORK/dashboard.sql")
+LG_D=$(tps_file "$LGPORT" bench lakegate x "$WORK/dashboard.sql")
+printf "%-12s %12s %14s\n" peer tps "latency(ms)"
+awk -v t="$PG_D" -v c="$CLIENTS" 'BEGIN { printf "%-12s %12.1f %14.3f\n", "postgresql", t, 1000 * c / t }'
+awk -v t="$LG_D" -v c="$CLIENTS" 'BEGIN { printf "%-12s %12.1f %14.3f\n", "lakegate", t, 1000 * c / t }'
+awk -v a="$LG_D" -v b="$PG_D" 'BEGIN { printf "lakegate/postgresql = %.3f\n", a / b }'
+psql -X -At -h 127.0.0.1 -p "$LGPORT" -U bench -d lakegate -c "SELECT name || '=' || value FROM lakegate.cache_stats" | tr '\n' ' '
+echo
+
 echo "== 10,000,000 rows over the wire (psql, text rows, discarded)"
 rows_per_s() { # port user db
   local t0 t1

@@ -29,6 +29,10 @@ pub struct CacheConfig {
     pub max_bytes: u64,
     /// Results larger than this are not cached (default 16 MiB).
     pub max_entry_bytes: u64,
+    /// How old a table's version token may be: `"0s"` (default) looks it up for every statement
+    /// (zero staleness); e.g. `"5s"` skips the catalog round trip and never answers older than that.
+    #[serde(with = "humantime_serde")]
+    pub max_staleness: std::time::Duration,
 }
 
 impl Default for CacheConfig {
@@ -37,6 +41,7 @@ impl Default for CacheConfig {
             enabled: true,
             max_bytes: 256 << 20,
             max_entry_bytes: 16 << 20,
+            max_staleness: std::time::Duration::ZERO,
         }
     }
 }
@@ -67,6 +72,8 @@ pub struct CacheStats {
     pub too_large: AtomicU64,
     /// Statements that are not cacheable (non-deterministic, system tables, no lake table).
     pub bypassed: AtomicU64,
+    /// Entries evicted to stay within `max_bytes`.
+    pub evictions: Arc<AtomicU64>,
 }
 
 /// Why a statement computed by the cache was not stored.
@@ -74,8 +81,8 @@ pub struct CacheStats {
 pub enum Uncached {
     /// The result is larger than `max_entry_bytes`.
     TooLarge,
-    /// The statement failed.
-    Failed(crate::error::Error),
+    /// The statement failed (shared with every caller that waited on it).
+    Failed(Arc<crate::error::Error>),
 }
 
 /// The cache.
@@ -227,11 +234,11 @@ impl ResultCache {
     }
 
     /// `lakegate.cache_stats`: one row per counter.
-    pub async fn stats_batch(&self) -> RecordBatch {
+    pub async fn stats_batch(&self, tokens: &lakegate_engines::lake::TokenStats) -> RecordBatch {
         // moka counts entries lazily; settle them so the numbers are current.
         self.store.run_pending_tasks().await;
         let s = &self.stats;
-        let rows: [(&str, u64); 9] = [
+        let rows: [(&str, u64); 13] = [
             ("hits", s.hits.load(Ordering::Relaxed)),
             ("misses", s.misses.load(Ordering::Relaxed)),
             ("single_flight_joins", s.joins.load(Ordering::Relaxed)),
@@ -241,6 +248,16 @@ impl ResultCache {
             ("entries", self.store.entry_count()),
             ("bytes", self.store.weighted_size()),
             ("max_bytes", self.config.max_bytes),
+            ("evictions", s.evictions.load(Ordering::Relaxed)),
+            ("token_lookups", tokens.lookups.load(Ordering::Relaxed)),
+            (
+                "token_lookup_micros_total",
+                tokens.lookup_micros.load(Ordering::Relaxed),
+            ),
+            (
+                "token_reused_within_staleness",
+                tokens.reused.load(Ordering::Relaxed),
+            ),
         ];
         let schema = Arc::new(Schema::new(vec![
             Field::new("name", DataType::Utf8, false),

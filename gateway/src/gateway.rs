@@ -20,13 +20,20 @@ use crate::service::GatewayService;
 /// Catalog connection failures, engine setup failures.
 pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
     config.validate()?;
-    let lake = Arc::new(Lake::connect(config.lake()).await.map_err(|e| match e {
-        lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => Error::Config {
-            setting: setting.into(),
-            reason,
-        },
-        other => Error::Engine(other),
-    })?);
+    let lake = Arc::new(
+        Lake::connect(config.lake())
+            .await
+            .map_err(|e| match e {
+                lakegate_engines::Error::InvalidCatalogConfig { setting, reason } => {
+                    Error::Config {
+                        setting: setting.into(),
+                        reason,
+                    }
+                }
+                other => Error::Engine(other),
+            })?
+            .with_max_staleness(config.cache.max_staleness),
+    );
     let engine: Arc<dyn Engine> = Arc::new(DataFusionEngine::try_new(
         lake.clone(),
         DataFusionOptions {

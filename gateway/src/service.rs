@@ -75,6 +75,9 @@ pub struct GatewayService {
     engine: Arc<dyn Engine>,
     parser: PostgresCompatibilityParser,
     cache: ResultCache,
+    /// Descriptions by (statement, table versions, settings): a repeated Parse of an unchanged
+    /// query (every pgbench/JDBC execution) skips planning.
+    described: moka::future::Cache<u64, Described>,
 }
 
 impl GatewayService {
@@ -85,6 +88,7 @@ impl GatewayService {
             engine,
             parser: PostgresCompatibilityParser::new(),
             cache: ResultCache::new(cache),
+            described: moka::future::Cache::new(10_000),
         }
     }
 
@@ -98,7 +102,7 @@ impl GatewayService {
         let mut out = Vec::new();
         for name in classify::system_tables(statement)? {
             let batch = match name.as_str() {
-                "cache_stats" => self.cache.stats_batch().await,
+                "cache_stats" => self.cache.stats_batch(self.lake.token_stats()).await,
                 _ => return Err(Error::UnknownSystemTable { name }),
             };
             out.push((name, batch));
@@ -161,6 +165,14 @@ impl GatewayService {
                 let pins = self.pins(&statement, session).await?;
                 let settings = session.engine_settings();
                 let system_tables = self.system_tables(&statement).await?;
+                let key = system_tables
+                    .is_empty()
+                    .then(|| ResultCache::key(&statement, None, &pins, &settings));
+                if let Some(k) = key
+                    && let Some(hit) = self.described.get(&k).await
+                {
+                    return Ok(Some(hit));
+                }
                 let request = EngineRequest {
                     statement: &statement,
                     params: None,
@@ -171,6 +183,9 @@ impl GatewayService {
                 let mut described = self.engine.describe(request).await?;
                 if let Some(names) = names {
                     described.schema = output_names::rename_schema(&described.schema, &names);
+                }
+                if let Some(k) = key {
+                    self.described.insert(k, described.clone()).await;
                 }
                 Ok(Some(described))
             }
@@ -283,7 +298,7 @@ impl GatewayService {
                     let stream = self
                         .execute_engine(request, names.as_deref())
                         .await
-                        .map_err(Uncached::Failed)?;
+                        .map_err(|e| Uncached::Failed(Arc::new(e)))?;
                     collect_capped(stream, max).await
                 })
                 .await;
@@ -294,20 +309,9 @@ impl GatewayService {
                         result.batches.clone(),
                     ));
                 }
-                Err(e) => match Arc::try_unwrap(e) {
-                    Ok(Uncached::TooLarge) => {}
-                    Ok(Uncached::Failed(err)) => return Err(err),
-                    Err(shared) => match shared.as_ref() {
-                        Uncached::TooLarge => {}
-                        Uncached::Failed(_) => {
-                            return Err(Error::Shared(Arc::new(match Arc::try_unwrap(shared) {
-                                Ok(Uncached::Failed(err)) => err,
-                                _ => Error::Unsupported {
-                                    what: "shared computation failed".into(),
-                                },
-                            })));
-                        }
-                    },
+                Err(e) => match e.as_ref() {
+                    Uncached::TooLarge => {}
+                    Uncached::Failed(err) => return Err(Error::Shared(err.clone())),
                 },
             }
         } else {
@@ -572,14 +576,14 @@ async fn collect_capped(
     let schema = stream.schema();
     let (mut batches, mut bytes) = (Vec::new(), 0u64);
     while let Some(batch) = stream.next().await {
-        let batch = batch.map_err(|e| Uncached::Failed(Error::Engine(e.into())))?;
+        let batch = batch.map_err(|e| Uncached::Failed(Arc::new(Error::Engine(e.into()))))?;
         // Engines hand out batches that share (and keep alive) much larger buffers; a cached
         // result gets buffers of its own, so its size is what it really holds.
         let indices = arrow::array::UInt32Array::from_iter_values(0..batch.num_rows() as u32);
         let batch = arrow::compute::take_record_batch(&batch, &indices).map_err(|e| {
-            Uncached::Failed(Error::Engine(
+            Uncached::Failed(Arc::new(Error::Engine(
                 datafusion::error::DataFusionError::from(e).into(),
-            ))
+            )))
         })?;
         bytes += batch.get_array_memory_size() as u64;
         if bytes > max {

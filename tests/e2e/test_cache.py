@@ -142,3 +142,26 @@ def test_cache_bounds(lake_dir, tmp_path):
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=10)
+
+
+def test_bounded_staleness_skips_lookups_but_never_exceeds_the_bound(lake_dir, tmp_path):
+    cat, _ = make_table(lake_dir, "cache_stale")
+    append(cat, "cache_stale", 1, 10)
+    config = tmp_path / "lakegate.toml"
+    config.write_text('[cache]\nmax_staleness = "2s"\n')
+    gw = start_gateway(wh.flags(str(lake_dir)), ["--config", str(config)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM cache_stale").fetchone() == (10,)
+            for _ in range(5):
+                conn.execute("SELECT count(*) FROM cache_stale").fetchone()
+            assert stats(conn)["token_reused_within_staleness"] >= 5
+            append(cat, "cache_stale", 11, 10)
+            committed = time.monotonic()
+            (seen,) = conn.execute("SELECT count(*) FROM cache_stale").fetchone()
+            assert seen in (10, 20)  # within the bound an older answer is allowed
+            time.sleep(max(0.0, 2.2 - (time.monotonic() - committed)))
+            assert conn.execute("SELECT count(*) FROM cache_stale").fetchone() == (20,)
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=10)

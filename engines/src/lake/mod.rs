@@ -142,6 +142,22 @@ pub struct Lake {
     tokens: TokenSource,
     /// Parsed tables by metadata location: an unchanged table is never re-read.
     loaded: Mutex<HashMap<String, ResolvedTable>>,
+    /// How old a version token may be before it is looked up again (zero: every statement).
+    max_staleness: std::time::Duration,
+    /// Recent tokens by table, for `max_staleness`.
+    recent: Mutex<HashMap<TableIdent, (std::time::Instant, String)>>,
+    stats: TokenStats,
+}
+
+/// Version-token lookups: how many, and the time they took.
+#[derive(Debug, Default)]
+pub struct TokenStats {
+    /// Lookups made against the catalog.
+    pub lookups: std::sync::atomic::AtomicU64,
+    /// Total time of those lookups, in microseconds.
+    pub lookup_micros: std::sync::atomic::AtomicU64,
+    /// Resolutions answered from a token younger than `max_staleness`.
+    pub reused: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Lake {
@@ -209,7 +225,48 @@ impl Lake {
             catalog,
             tokens,
             loaded: Mutex::new(HashMap::new()),
+            max_staleness: std::time::Duration::ZERO,
+            recent: Mutex::new(HashMap::new()),
+            stats: TokenStats::default(),
         })
+    }
+
+    /// Lets statements reuse a table's version token for up to `staleness` instead of looking it
+    /// up every time (zero, the default, means every statement sees the latest commit).
+    pub fn with_max_staleness(mut self, staleness: std::time::Duration) -> Self {
+        self.max_staleness = staleness;
+        self
+    }
+
+    /// Version-token lookup statistics.
+    pub fn token_stats(&self) -> &TokenStats {
+        &self.stats
+    }
+
+    async fn token(&self, ident: &TableIdent) -> Result<Option<String>> {
+        use std::sync::atomic::Ordering;
+        if !self.max_staleness.is_zero() {
+            let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, location)) = recent.get(ident)
+                && at.elapsed() < self.max_staleness
+            {
+                self.stats.reused.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(location.clone()));
+            }
+        }
+        let started = std::time::Instant::now();
+        let location = self.tokens.lookup(&self.catalog, ident).await?;
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .lookup_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        if !self.max_staleness.is_zero()
+            && let Some(location) = &location
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            recent.insert(ident.clone(), (started, location.clone()));
+        }
+        Ok(location)
     }
 
     /// The catalog configuration this lake was connected with.
@@ -261,7 +318,7 @@ impl Lake {
         let not_found = || Error::TableNotFound {
             name: format!("{schema}.{table}"),
         };
-        let location = match self.tokens.lookup(&self.catalog, &ident).await? {
+        let location = match self.token(&ident).await? {
             Some(location) => location,
             None => return Err(not_found()),
         };
