@@ -139,9 +139,11 @@ impl ResultCache {
 
     /// Whether a statement's answer depends only on the tables it reads.
     pub fn cacheable(statement: &Statement, pins: &Pins) -> bool {
-        if pins.is_empty() {
-            return false;
-        }
+        !pins.is_empty() && Self::is_deterministic(statement)
+    }
+
+    /// Whether a statement calls no function whose answer changes by itself (`now()`, ...).
+    pub fn is_deterministic(statement: &Statement) -> bool {
         let volatile = visit_expressions(statement, |e| match e {
             Expr::Function(f) => {
                 let name = f.name.to_string().to_ascii_lowercase();
@@ -270,5 +272,64 @@ impl ResultCache {
             .collect();
         RecordBatch::try_new(schema.clone(), vec![Arc::new(names), Arc::new(values)])
             .unwrap_or_else(|_| RecordBatch::new_empty(schema))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn parse(sql: &str) -> Statement {
+        Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("valid")
+            .remove(0)
+    }
+
+    #[test]
+    fn only_deterministic_statements_over_lake_tables_are_cacheable() {
+        // With no pinned table nothing is cacheable (catalog queries, SELECT 1).
+        assert!(!ResultCache::cacheable(
+            &parse("SELECT 1"),
+            &Pins::default()
+        ));
+        let volatile = [
+            "SELECT now(), count(*) FROM t",
+            "SELECT * FROM t WHERE ts > current_timestamp",
+            "SELECT random() FROM t",
+            "SELECT pg_catalog.now() FROM t",
+        ];
+        for sql in volatile {
+            assert!(
+                !ResultCache::is_deterministic(&parse(sql)),
+                "{sql} should be volatile"
+            );
+        }
+        assert!(ResultCache::is_deterministic(&parse(
+            "SELECT status, count(*) FROM orders WHERE order_ts > DATE '2026-01-01' GROUP BY 1"
+        )));
+    }
+
+    #[test]
+    fn keys_change_with_parameters_and_settings() {
+        let s = parse("SELECT * FROM t WHERE id = $1");
+        let pins = Pins::default();
+        let base = Settings::default();
+        let p1 = ParamValues::List(vec![datafusion::scalar::ScalarValue::Int64(Some(1)).into()]);
+        let p2 = ParamValues::List(vec![datafusion::scalar::ScalarValue::Int64(Some(2)).into()]);
+        let k1 = ResultCache::key(&s, Some(&p1), &pins, &base);
+        assert_eq!(k1, ResultCache::key(&s, Some(&p1), &pins, &base));
+        assert_ne!(k1, ResultCache::key(&s, Some(&p2), &pins, &base));
+        let paris = Settings {
+            time_zone: "Europe/Paris".into(),
+            ..Settings::default()
+        };
+        assert_ne!(k1, ResultCache::key(&s, Some(&p1), &pins, &paris));
+        let other_user = Settings {
+            user: "bob".into(),
+            ..Settings::default()
+        };
+        assert_ne!(k1, ResultCache::key(&s, Some(&p1), &pins, &other_user));
     }
 }
