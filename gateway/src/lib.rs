@@ -17,6 +17,7 @@
 //! - [`service`]: the protocol-neutral query pipeline.
 //! - [`cache`]: the result cache keyed by the snapshots a result read.
 //! - [`classify`]: statement kinds and the tables a statement reads.
+//! - [`history`]: the bounded query history (`lakegate.queries`).
 //! - [`output_names`]: PostgreSQL's names for result columns.
 //! - [`session`]: per-connection settings and cursors.
 //! - [`frontend`]: wire protocols (`pg`).
@@ -30,6 +31,7 @@ pub mod demo;
 pub mod error;
 pub mod frontend;
 pub mod gateway;
+pub mod history;
 pub mod output_names;
 pub mod service;
 pub mod session;

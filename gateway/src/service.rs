@@ -21,6 +21,7 @@ use tracing::{debug, instrument};
 use crate::cache::{CacheConfig, CachedResult, ResultCache, Uncached};
 use crate::classify::{self, StatementKind};
 use crate::error::{Error, Result};
+use crate::history::{PendingQuery, QueryHistory};
 use crate::output_names;
 use crate::session::{Cursor, Session};
 
@@ -78,6 +79,7 @@ pub struct GatewayService {
     /// Descriptions by (statement, table versions, settings): a repeated Parse of an unchanged
     /// query (every pgbench/JDBC execution) skips planning.
     described: moka::future::Cache<u64, Described>,
+    history: Arc<QueryHistory>,
 }
 
 impl GatewayService {
@@ -89,6 +91,7 @@ impl GatewayService {
             parser: PostgresCompatibilityParser::new(),
             cache: ResultCache::new(cache),
             described: moka::future::Cache::new(10_000),
+            history: Arc::new(QueryHistory::new(10_000)),
         }
     }
 
@@ -103,6 +106,7 @@ impl GatewayService {
         for name in classify::system_tables(statement)? {
             let batch = match name.as_str() {
                 "cache_stats" => self.cache.stats_batch(self.lake.token_stats()).await,
+                "queries" => self.history.batch(),
                 _ => return Err(Error::UnknownSystemTable { name }),
             };
             out.push((name, batch));
@@ -270,10 +274,38 @@ impl GatewayService {
         params: Option<&ParamValues>,
         session: &Session,
     ) -> Result<SendableRecordBatchStream> {
+        let mut pending = self.history.start(session.user(), &statement.to_string());
+        match self
+            .run_query_inner(statement, params, session, &mut pending)
+            .await
+        {
+            Ok(stream) => Ok(pending.track(self.history.clone(), stream)),
+            Err(e) => {
+                pending.fail(&self.history, &e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    async fn run_query_inner(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &Session,
+        pending: &mut PendingQuery,
+    ) -> Result<SendableRecordBatchStream> {
         let mut statement = statement.clone();
         let names = output_names::apply(&mut statement);
         let statement = &statement;
         let pins = self.pins(statement, session).await?;
+        pending.record.snapshots = pins
+            .iter()
+            .map(|((schema, table), t)| match t.snapshot_id {
+                Some(id) => format!("{schema}.{table}@{id}"),
+                None => format!("{schema}.{table}@empty"),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
         for ((schema, table), t) in pins.iter() {
             debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
         }
@@ -292,9 +324,11 @@ impl GatewayService {
         {
             let key = ResultCache::key(statement, params, &pins, &settings);
             let max = self.cache.max_entry_bytes();
+            let executed = std::sync::atomic::AtomicBool::new(false);
             let computed = self
                 .cache
                 .get_or_compute(key, async {
+                    executed.store(true, std::sync::atomic::Ordering::Relaxed);
                     let stream = self
                         .execute_engine(request, names.as_deref())
                         .await
@@ -302,21 +336,33 @@ impl GatewayService {
                     collect_capped(stream, max).await
                 })
                 .await;
+            // A caller that waited on another's computation counts as a hit too.
+            let ran_here = executed.load(std::sync::atomic::Ordering::Relaxed);
+            if ran_here {
+                pending.record.engine = self.engine.name().to_string();
+            }
             match computed {
                 Ok(result) => {
+                    pending.record.cache = if ran_here { "miss" } else { "hit" };
                     return Ok(batches_stream(
                         result.schema.clone(),
                         result.batches.clone(),
                     ));
                 }
                 Err(e) => match e.as_ref() {
-                    Uncached::TooLarge => {}
+                    Uncached::TooLarge => pending.record.cache = "too_large",
                     Uncached::Failed(err) => return Err(Error::Shared(err.clone())),
                 },
             }
         } else {
             self.cache.bypass();
+            pending.record.cache = if self.cache.enabled() {
+                "bypass"
+            } else {
+                "off"
+            };
         }
+        pending.record.engine = self.engine.name().to_string();
         self.execute_engine(request, names.as_deref()).await
     }
 

@@ -165,3 +165,20 @@ def test_bounded_staleness_skips_lookups_but_never_exceeds_the_bound(lake_dir, t
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=10)
+
+
+def test_query_history_shows_the_snapshots_that_answered(gateway, lake_dir):
+    cat, _ = make_table(lake_dir, "cache_hist")
+    append(cat, "cache_hist", 1, 3)
+    snapshot = cat.load_table("public.cache_hist").current_snapshot().snapshot_id
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        for _ in range(2):
+            assert conn.execute("SELECT count(*) FROM cache_hist").fetchone() == (3,)
+        rows = conn.execute(
+            "SELECT cache, snapshots, engine, rows FROM lakegate.queries "
+            "WHERE query LIKE '%cache_hist%' AND query NOT LIKE '%lakegate.queries%' ORDER BY query_id"
+        ).fetchall()
+    assert [r[0] for r in rows[-2:]] == ["miss", "hit"]
+    assert all(r[1] == f"public.cache_hist@{snapshot}" for r in rows[-2:])
+    assert rows[-2][2] == "datafusion" and rows[-1][2] == ""
+    assert rows[-1][3] == 1
