@@ -52,6 +52,25 @@ def start_gateway(flags: list[str], extra: list[str] | None = None) -> Gateway:
     raise RuntimeError("lakegate did not start within 60s")
 
 
+def run_java(tmp_path: Path, jar_glob: str, class_name: str, source: str, args: list[str],
+             jvm_flags: list[str] | None = None) -> dict:
+    """Compiles and runs a small JDBC program against a driver jar from .cache/jars; returns the
+    `key=value` lines it prints."""
+    jars = Path(os.environ.get("LAKEGATE_JARS", ROOT / ".cache" / "jars"))
+    jar = next(jars.glob(jar_glob), None)
+    if jar is None:
+        pytest.fail(f"{jar_glob} missing: run scripts/setup.sh")
+    src = tmp_path / f"{class_name}.java"
+    src.write_text(source)
+    subprocess.run(["javac", "-d", str(tmp_path), str(src)], check=True, timeout=120)
+    out = subprocess.run(
+        ["java", *(jvm_flags or []), "-cp", f"{tmp_path}:{jar}", class_name, *args],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(line.split("=", 1) for line in out.stdout.strip().splitlines() if "=" in line)
+
+
 @pytest.fixture(scope="session")
 def lake_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("lake")

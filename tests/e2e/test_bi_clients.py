@@ -3,12 +3,13 @@ pandas), asyncpg's type introspection, pgJDBC's DatabaseMetaData (DBeaver, Metab
 import asyncio
 import os
 import subprocess
-from pathlib import Path
 
 import asyncpg
 import pandas as pd
 import pytest
 import sqlalchemy as sa
+
+from conftest import run_java
 
 
 def psql(gateway, *args: str) -> str:
@@ -119,20 +120,8 @@ public class JdbcCheck {
 
 
 def test_pgjdbc_metadata_and_query(gateway, tmp_path):
-    jars = Path(os.environ.get("LAKEGATE_JARS", Path(__file__).resolve().parents[2] / ".cache" / "jars"))
-    jar = next(jars.glob("postgresql-*.jar"), None)
-    if jar is None:
-        pytest.fail("pgJDBC jar missing: run scripts/setup.sh")
-    src = tmp_path / "JdbcCheck.java"
-    src.write_text(JAVA_TEST)
-    subprocess.run(["javac", "-d", str(tmp_path), str(src)], check=True, timeout=120)
     url = f"jdbc:postgresql://127.0.0.1:{gateway.port}/lakegate"
-    out = subprocess.run(
-        ["java", "-cp", f"{tmp_path}:{jar}", "JdbcCheck", url],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    lines = dict(line.split("=", 1) for line in out.stdout.strip().splitlines())
+    lines = run_java(tmp_path, "postgresql-*.jar", "JdbcCheck", JAVA_TEST, [url])
     assert {"orders", "customers", "all_types"} <= set(lines["tables"].strip(",").split(","))
     cols = dict(c.split(":") for c in lines["columns"].strip(",").split(","))
     assert cols["order_id"] == "int8" and cols["status"] == "text"

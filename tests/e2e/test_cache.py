@@ -1,16 +1,29 @@
 """The result cache keyed by Iceberg snapshots: exact under concurrent commits, one execution per
 commit under a refresh storm, bounded in bytes. Statistics come from `lakegate.cache_stats`."""
+import contextlib
 import threading
 import time
 
 import psycopg
 import pyarrow as pa
-import pytest
 
 import warehouse as wh
 from conftest import start_gateway
 
 TICKS = pa.schema([pa.field("tick", pa.int64(), nullable=False)])
+
+
+@contextlib.contextmanager
+def configured_gateway(lake_dir, tmp_path, toml: str):
+    """A gateway of its own, started with a config file."""
+    config = tmp_path / "lakegate.toml"
+    config.write_text(toml)
+    gw = start_gateway(wh.flags(str(lake_dir)), ["--config", str(config)])
+    try:
+        yield gw
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=10)
 
 
 def stats(conn) -> dict:
@@ -123,48 +136,36 @@ def test_non_deterministic_and_system_queries_are_not_cached(gateway):
 
 
 def test_cache_bounds(lake_dir, tmp_path):
-    config = tmp_path / "lakegate.toml"
-    config.write_text("[cache]\nmax_bytes = 200000\nmax_entry_bytes = 20000\n")
-    gw = start_gateway(wh.flags(str(lake_dir)), ["--config", str(config)])
-    try:
-        with psycopg.connect(gw.dsn, autocommit=True) as conn:
-            big = "SELECT * FROM orders"  # ~1000 rows: well over 20 kB of Arrow
-            conn.execute(big).fetchall()
-            conn.execute(big).fetchall()
-            s = stats(conn)
-            assert s["too_large"] >= 2 and s["hits"] == 0
-            for order_id in range(1, 400):
-                conn.execute("SELECT * FROM orders WHERE order_id = %s", (order_id,)).fetchall()
-            s = stats(conn)
-            assert 0 < s["bytes"] <= 200000, s
-            conn.execute("SELECT * FROM orders WHERE order_id = %s", (399,)).fetchall()
-            assert stats(conn)["hits"] >= 1
-    finally:
-        gw.proc.terminate()
-        gw.proc.wait(timeout=10)
+    with configured_gateway(lake_dir, tmp_path, "[cache]\nmax_bytes = 200000\nmax_entry_bytes = 20000\n") as gw, \
+            psycopg.connect(gw.dsn, autocommit=True) as conn:
+        big = "SELECT * FROM orders"  # ~1000 rows: well over 20 kB of Arrow
+        conn.execute(big).fetchall()
+        conn.execute(big).fetchall()
+        s = stats(conn)
+        assert s["too_large"] >= 2 and s["hits"] == 0
+        for order_id in range(1, 400):
+            conn.execute("SELECT * FROM orders WHERE order_id = %s", (order_id,)).fetchall()
+        s = stats(conn)
+        assert 0 < s["bytes"] <= 200000, s
+        conn.execute("SELECT * FROM orders WHERE order_id = %s", (399,)).fetchall()
+        assert stats(conn)["hits"] >= 1
 
 
 def test_bounded_staleness_skips_lookups_but_never_exceeds_the_bound(lake_dir, tmp_path):
     cat, _ = make_table(lake_dir, "cache_stale")
     append(cat, "cache_stale", 1, 10)
-    config = tmp_path / "lakegate.toml"
-    config.write_text('[cache]\nmax_staleness = "2s"\n')
-    gw = start_gateway(wh.flags(str(lake_dir)), ["--config", str(config)])
-    try:
-        with psycopg.connect(gw.dsn, autocommit=True) as conn:
-            assert conn.execute("SELECT count(*) FROM cache_stale").fetchone() == (10,)
-            for _ in range(5):
-                conn.execute("SELECT count(*) FROM cache_stale").fetchone()
-            assert stats(conn)["token_reused_within_staleness"] >= 5
-            append(cat, "cache_stale", 11, 10)
-            committed = time.monotonic()
-            (seen,) = conn.execute("SELECT count(*) FROM cache_stale").fetchone()
-            assert seen in (10, 20)  # within the bound an older answer is allowed
-            time.sleep(max(0.0, 2.2 - (time.monotonic() - committed)))
-            assert conn.execute("SELECT count(*) FROM cache_stale").fetchone() == (20,)
-    finally:
-        gw.proc.terminate()
-        gw.proc.wait(timeout=10)
+    with configured_gateway(lake_dir, tmp_path, '[cache]\nmax_staleness = "2s"\n') as gw, \
+            psycopg.connect(gw.dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM cache_stale").fetchone() == (10,)
+        for _ in range(5):
+            conn.execute("SELECT count(*) FROM cache_stale").fetchone()
+        assert stats(conn)["token_reused_within_staleness"] >= 5
+        append(cat, "cache_stale", 11, 10)
+        committed = time.monotonic()
+        (seen,) = conn.execute("SELECT count(*) FROM cache_stale").fetchone()
+        assert seen in (10, 20)  # within the bound an older answer is allowed
+        time.sleep(max(0.0, 2.2 - (time.monotonic() - committed)))
+        assert conn.execute("SELECT count(*) FROM cache_stale").fetchone() == (20,)
 
 
 def test_query_history_shows_the_snapshots_that_answered(gateway, lake_dir):

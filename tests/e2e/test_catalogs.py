@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import psycopg
-import pyarrow as pa
 import pytest
 
 import warehouse as wh

@@ -8,6 +8,7 @@ import pyarrow.flight as fl
 import pytest
 
 import warehouse as wh
+from conftest import run_java
 
 
 def connect(gateway):
@@ -130,24 +131,9 @@ public class FlightJdbcCheck {
 
 
 def test_flight_sql_jdbc_driver(gateway, expected, tmp_path):
-    import os
-    import subprocess
-    from pathlib import Path
-
-    jars = Path(os.environ.get("LAKEGATE_JARS", Path(__file__).resolve().parents[2] / ".cache" / "jars"))
-    jar = next(jars.glob("flight-sql-jdbc-driver-*.jar"), None)
-    if jar is None:
-        pytest.fail("Flight SQL JDBC driver missing: run scripts/setup.sh")
-    src = tmp_path / "FlightJdbcCheck.java"
-    src.write_text(FLIGHT_JDBC_TEST)
-    subprocess.run(["javac", "-d", str(tmp_path), str(src)], check=True, timeout=120)
     url = f"jdbc:arrow-flight-sql://127.0.0.1:{gateway.flight_port}/?useEncryption=false"
-    out = subprocess.run(
-        ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{tmp_path}:{jar}", "FlightJdbcCheck", url],
-        capture_output=True, text=True, timeout=180,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = dict(line.split("=", 1) for line in out.stdout.strip().splitlines() if "=" in line)
+    lines = run_java(tmp_path, "flight-sql-jdbc-driver-*.jar", "FlightJdbcCheck", FLIGHT_JDBC_TEST, [url],
+                     jvm_flags=["--add-opens=java.base/java.nio=ALL-UNNAMED"])
     assert {"orders", "customers", "all_types"} <= set(lines["tables"].strip(",").split(","))
     assert lines["count"] == f"{expected['orders_count']},{expected['orders_max_id']}"
     assert lines["prepared"] == "100"
