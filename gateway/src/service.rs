@@ -123,6 +123,7 @@ impl GatewayService {
             message: syntax_message(&e.to_string()),
         })?;
         statements.iter_mut().for_each(rewrite_catalog_types);
+        statements.iter_mut().for_each(rename_recursive_cte_columns);
         Ok(statements)
     }
 
@@ -530,6 +531,48 @@ impl GatewayService {
                 Ok(QueryOutput::Command(Command::new("CLOSE CURSOR")))
             }
             other => Err(unsupported(other)),
+        }
+    }
+}
+
+/// `WITH RECURSIVE t(a, b) AS (static UNION ALL recursive)`: DataFusion ignores the column list,
+/// so the static term is wrapped as `SELECT * FROM (static) AS t(a, b)`, which names its columns
+/// (asyncpg's type introspection relies on this).
+fn rename_recursive_cte_columns(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::SetExpr;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let Statement::Query(query) = statement else {
+        return;
+    };
+    let Some(with) = query.with.as_mut() else {
+        return;
+    };
+    if !with.recursive {
+        return;
+    }
+    for cte in &mut with.cte_tables {
+        if cte.alias.columns.is_empty() {
+            continue;
+        }
+        let SetExpr::SetOperation { left, .. } = cte.query.body.as_mut() else {
+            continue;
+        };
+        let columns: Vec<String> = cte
+            .alias
+            .columns
+            .iter()
+            .map(|c| c.name.to_string())
+            .collect();
+        let wrapped = format!(
+            "SELECT * FROM ({left}) AS {}({})",
+            cte.alias.name,
+            columns.join(", ")
+        );
+        if let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &wrapped)
+            && let Some(Statement::Query(q)) = parsed.pop()
+        {
+            *left = q.body;
         }
     }
 }

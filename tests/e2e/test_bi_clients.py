@@ -79,8 +79,8 @@ def test_asyncpg(gateway, expected):
     asyncio.run(run())
 
 
-@pytest.mark.xfail(reason="asyncpg introspects array types with a recursive CTE whose column "
-                   "list DataFusion 53 does not apply (known limitation)", strict=True)
+@pytest.mark.xfail(reason="asyncpg's array type introspection query uses correlated scalar "
+                   "subqueries DataFusion 53 cannot plan (known limitation)", strict=True)
 def test_asyncpg_array_columns(gateway):
     async def run():
         conn = await asyncpg.connect(host="127.0.0.1", port=gateway.port, user="tester", database="lakegate")

@@ -167,3 +167,12 @@ def test_statement_timeout_cancels_with_57014_and_connection_survives(gateway):
         assert "statement timeout" in str(info.value)
         conn.execute("RESET statement_timeout")
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_recursive_cte_with_a_column_list(gateway):
+    with connect(gateway) as conn:
+        rows = conn.execute(
+            "WITH RECURSIVE t(n, depth) AS (SELECT 1, 0 UNION ALL SELECT n + 1, depth + 1 FROM t WHERE n < 3) "
+            "SELECT n, depth FROM t ORDER BY n"
+        ).fetchall()
+    assert rows == [(1, 0), (2, 1), (3, 2)]
