@@ -195,10 +195,16 @@ fn apply_settings(config: &mut SessionConfig, settings: &Settings) {
     options.execution.time_zone = Some(settings.time_zone.clone());
 }
 
+/// The most `$n` parameters a statement may have (PostgreSQL's limit).
+pub const MAX_PARAMETERS: usize = 65_535;
+
 /// Parameter types in `$1, $2, …` order (numeric, so `$10` follows `$9`).
+///
+/// # Errors
+/// When a placeholder number exceeds [`MAX_PARAMETERS`] (`$1000000000` must not allocate).
 pub fn ordered_param_types(
     types: &std::collections::HashMap<String, Option<arrow::datatypes::DataType>>,
-) -> Vec<Option<arrow::datatypes::DataType>> {
+) -> Result<Vec<Option<arrow::datatypes::DataType>>> {
     let mut entries: Vec<(usize, Option<arrow::datatypes::DataType>)> = types
         .iter()
         .filter_map(|(k, v)| {
@@ -210,13 +216,18 @@ pub fn ordered_param_types(
         .collect();
     entries.sort_by_key(|(i, _)| *i);
     let len = entries.last().map_or(0, |(i, _)| *i);
+    if len > MAX_PARAMETERS {
+        return Err(Error::from(DataFusionError::Plan(format!(
+            "there is no parameter ${len}: at most {MAX_PARAMETERS} parameters are allowed"
+        ))));
+    }
     let mut out = vec![None; len];
     for (i, t) in entries {
         if i >= 1 {
             out[i - 1] = t;
         }
     }
-    out
+    Ok(out)
 }
 
 #[async_trait]
@@ -228,7 +239,7 @@ impl Engine for DataFusionEngine {
     async fn describe(&self, request: EngineRequest<'_>) -> Result<Described> {
         let ctx = self.context(&request).await?;
         let plan = self.plan(&ctx, request.statement).await?;
-        let param_types = ordered_param_types(&plan.get_parameter_types()?);
+        let param_types = ordered_param_types(&plan.get_parameter_types()?)?;
         Ok(Described {
             param_types,
             schema: Arc::new(plan.schema().as_arrow().clone()),
@@ -364,9 +375,17 @@ mod tests {
                 }),
             );
         }
-        let ordered = ordered_param_types(&types);
+        let ordered = ordered_param_types(&types).expect("within the limit");
         assert_eq!(ordered.len(), 11);
         assert_eq!(ordered[9], Some(DataType::Utf8));
         assert_eq!(ordered[10], Some(DataType::Int64));
+    }
+
+    #[test]
+    fn absurd_parameter_numbers_are_refused_without_allocating() {
+        let mut types = HashMap::new();
+        types.insert("$1000000000".to_string(), Some(DataType::Int64));
+        let err = ordered_param_types(&types).expect_err("too many");
+        assert!(err.to_string().contains("$1000000000"), "{err}");
     }
 }

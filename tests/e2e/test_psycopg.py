@@ -176,3 +176,11 @@ def test_recursive_cte_with_a_column_list(gateway):
             "SELECT n, depth FROM t ORDER BY n"
         ).fetchall()
     assert rows == [(1, 0), (2, 1), (3, 2)]
+
+
+def test_absurd_parameter_number_is_refused_cheaply(gateway):
+    with connect(gateway) as conn:
+        with pytest.raises(errors.SyntaxError) as info:
+            conn.execute("SELECT $1000000000::int", prepare=True)
+        assert "65535" in str(info.value)
+        assert conn.execute("SELECT 1").fetchone() == (1,)
