@@ -3,7 +3,7 @@
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
-use lakegate_engines::system_catalog::SYSTEM_SCHEMAS;
+use lakegate_engines::system_catalog::{LAKEGATE_SCHEMA, SYSTEM_SCHEMAS};
 
 use crate::error::Result;
 
@@ -61,20 +61,33 @@ pub fn kind(statement: &Statement) -> StatementKind {
 /// A lake table a statement reads: `(schema, table)`, lower-cased unless quoted.
 pub type TableName = (String, String);
 
-/// The lake tables `statement` reads (CTE names and system schemas excluded), with
-/// unqualified names put in `default_schema`.
+/// The tables a statement reads, split by where they live.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct References {
+    /// Lake tables (CTE names, table functions and system schemas excluded), with unqualified
+    /// names put in the default schema.
+    pub lake: Vec<TableName>,
+    /// `lakegate.<name>` system tables.
+    pub system: Vec<String>,
+}
+
+/// Resolves the tables `statement` reads, once per statement.
 ///
 /// # Errors
 /// When DataFusion's reference resolver rejects the statement.
-pub fn lake_tables(statement: &Statement, default_schema: &str) -> Result<Vec<TableName>> {
+pub fn references(statement: &Statement, default_schema: &str) -> Result<References> {
     let (refs, _ctes) = datafusion::sql::resolve::resolve_table_references(
         &DfStatement::Statement(Box::new(statement.clone())),
         true,
     )
     .map_err(lakegate_engines::Error::from)?;
     let functions = table_functions(statement);
-    let mut out: Vec<TableName> = Vec::new();
+    let mut out = References::default();
     for r in refs {
+        if r.schema() == Some(LAKEGATE_SCHEMA) {
+            out.system.push(r.table().to_string());
+            continue;
+        }
         if r.schema().is_none() && functions.iter().any(|f| f == r.table()) {
             continue;
         }
@@ -85,28 +98,11 @@ pub fn lake_tables(statement: &Statement, default_schema: &str) -> Result<Vec<Ta
         {
             continue;
         }
-        if !out.contains(&(schema.clone(), table.clone())) {
-            out.push((schema, table));
+        if !out.lake.contains(&(schema.clone(), table.clone())) {
+            out.lake.push((schema, table));
         }
     }
     Ok(out)
-}
-
-/// The `lakegate.<name>` system tables a statement reads.
-///
-/// # Errors
-/// When DataFusion's reference resolver rejects the statement.
-pub fn system_tables(statement: &Statement) -> Result<Vec<String>> {
-    let (refs, _) = datafusion::sql::resolve::resolve_table_references(
-        &DfStatement::Statement(Box::new(statement.clone())),
-        true,
-    )
-    .map_err(lakegate_engines::Error::from)?;
-    Ok(refs
-        .iter()
-        .filter(|r| r.schema() == Some(lakegate_engines::system_catalog::LAKEGATE_SCHEMA))
-        .map(|r| r.table().to_string())
-        .collect())
 }
 
 /// Names called as table functions in FROM (`generate_series(1, 10)`), which are not tables.
@@ -170,7 +166,7 @@ mod tests {
             "WITH recent AS (SELECT * FROM orders WHERE ts > now()) \
              SELECT * FROM recent JOIN sales.customers c ON true, pg_catalog.pg_class",
         );
-        let t = lake_tables(&s, "public").expect("resolves");
+        let t = references(&s, "public").expect("resolves").lake;
         assert_eq!(
             t,
             vec![
@@ -183,14 +179,14 @@ mod tests {
     #[test]
     fn table_functions_are_not_tables() {
         let s = parse("SELECT * FROM generate_series(1, 10) g JOIN orders o ON o.id = g.value");
-        let t = lake_tables(&s, "public").expect("resolves");
+        let t = references(&s, "public").expect("resolves").lake;
         assert_eq!(t, vec![("public".to_string(), "orders".to_string())]);
     }
 
     #[test]
     fn quoted_names_keep_their_case() {
         let s = parse("SELECT * FROM \"Mixed\".\"Case\", plain");
-        let t = lake_tables(&s, "public").expect("resolves");
+        let t = references(&s, "public").expect("resolves").lake;
         assert!(
             t.contains(&("Mixed".to_string(), "Case".to_string())),
             "{t:?}"

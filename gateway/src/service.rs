@@ -14,7 +14,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::StreamExt;
 use lakegate_engines::engine::Described;
-use lakegate_engines::{Engine, EngineRequest, Lake, Pins};
+use lakegate_engines::{Engine, EngineRequest, Lake, Pins, Settings};
 use sync_wrapper::SyncWrapper;
 use tracing::{debug, instrument};
 
@@ -101,9 +101,9 @@ impl GatewayService {
     }
 
     /// Materialises the `lakegate.<name>` tables a statement reads.
-    async fn system_tables(&self, statement: &Statement) -> Result<Vec<(String, RecordBatch)>> {
+    async fn system_tables(&self, names: &[String]) -> Result<Vec<(String, RecordBatch)>> {
         let mut out = Vec::new();
-        for name in classify::system_tables(statement)? {
+        for name in names.iter().cloned() {
             let batch = match name.as_str() {
                 "cache_stats" => self.cache.stats_batch(self.lake.token_stats()).await,
                 "queries" => self.history.batch(),
@@ -143,15 +143,20 @@ impl GatewayService {
         Ok(self.lake.resolve(schema, table).await?.schema)
     }
 
-    /// Resolves every lake table the statement reads to its current version.
-    async fn pins(&self, statement: &Statement, session: &Session) -> Result<Pins> {
-        let settings = session.engine_settings();
+    /// Resolves every lake table the statement reads to its current version, and materialises
+    /// the system tables it reads.
+    async fn resolve(
+        &self,
+        statement: &Statement,
+        settings: &Settings,
+    ) -> Result<(Pins, Vec<(String, RecordBatch)>)> {
+        let refs = classify::references(statement, settings.default_schema())?;
         let mut pins = Pins::default();
-        for (schema, table) in classify::lake_tables(statement, settings.default_schema())? {
-            let resolved = self.lake.resolve(&schema, &table).await?;
-            pins.insert(&schema, &table, resolved);
+        for (schema, table) in &refs.lake {
+            let resolved = self.lake.resolve(schema, table).await?;
+            pins.insert(schema, table, resolved);
         }
-        Ok(pins)
+        Ok((pins, self.system_tables(&refs.system).await?))
     }
 
     /// What a statement takes and returns, without running it (`None`: it returns no rows).
@@ -167,9 +172,8 @@ impl GatewayService {
             StatementKind::Query => {
                 let mut statement = statement.clone();
                 let names = output_names::apply(&mut statement);
-                let pins = self.pins(&statement, session).await?;
                 let settings = session.engine_settings();
-                let system_tables = self.system_tables(&statement).await?;
+                let (pins, system_tables) = self.resolve(&statement, &settings).await?;
                 let key = system_tables
                     .is_empty()
                     .then(|| ResultCache::key(&statement, None, &pins, &settings));
@@ -298,7 +302,8 @@ impl GatewayService {
         let mut statement = statement.clone();
         let names = output_names::apply(&mut statement);
         let statement = &statement;
-        let pins = self.pins(statement, session).await?;
+        let settings = session.engine_settings();
+        let (pins, system_tables) = self.resolve(statement, &settings).await?;
         pending.record.snapshots = pins
             .iter()
             .map(|((schema, table), t)| match t.snapshot_id {
@@ -310,8 +315,7 @@ impl GatewayService {
         for ((schema, table), t) in pins.iter() {
             debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
         }
-        let settings = session.engine_settings();
-        let system_tables = self.system_tables(statement).await?;
+
         let request = EngineRequest {
             statement,
             params,
