@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{TestGateway, lake, start};
 use futures::{StreamExt, pin_mut};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
@@ -210,5 +208,4 @@ async fn large_results_stream_without_materialising() {
         peak_kb < 400 * 1024,
         "gateway peak RSS {peak_kb} kB suggests the result was materialised"
     );
-    tokio::time::sleep(Duration::from_millis(10)).await;
 }
