@@ -13,6 +13,8 @@ command -v psql >/dev/null || need_apt+=(postgresql-client)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
+command -v unzip >/dev/null || need_apt+=(unzip)
+command -v curl >/dev/null || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -40,5 +42,24 @@ if [ ! -f "$JARS/flight-sql-jdbc-driver-$FLIGHT_JDBC_VERSION.jar" ]; then
   echo "setup: Arrow Flight SQL JDBC driver $FLIGHT_JDBC_VERSION from Maven Central"
   mkdir -p "$JARS"
   mvn -q dependency:copy -Dartifact="org.apache.arrow:flight-sql-jdbc-driver:$FLIGHT_JDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
+fi
+# DuckDB's Iceberg extension for the bundled DuckDB (the `duckdb` crate 1.10505 = DuckDB 1.5.5):
+# PyPI's duckdb-extension-* wheels carry the binaries; lakegate loads them offline.
+DUCKDB_VERSION=1.5.5
+DUCK_DIR="$CACHE/duckdb/v$DUCKDB_VERSION"
+if [ ! -f "$DUCK_DIR/iceberg.duckdb_extension" ] || [ ! -f "$DUCK_DIR/avro.duckdb_extension" ]; then
+  echo "setup: DuckDB $DUCKDB_VERSION iceberg + avro extensions from PyPI"
+  mkdir -p "$DUCK_DIR" "$CACHE/duckdb/wheels"
+  "$VENV/bin/pip" download -q --no-deps -d "$CACHE/duckdb/wheels" \
+    "duckdb-extension-iceberg==$DUCKDB_VERSION" "duckdb-extension-avro==$DUCKDB_VERSION"
+  "$VENV/bin/python" - "$CACHE/duckdb/wheels" "$DUCK_DIR" <<'PY'
+import pathlib, sys, zipfile
+wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for wheel in wheels.glob("duckdb_extension_*.whl"):
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.endswith(".duckdb_extension"):
+                (out / pathlib.Path(name).name).write_bytes(z.read(name))
+PY
 fi
 echo "setup: ok"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Rust unit and integration tests, then the end-to-end suite with real
-# clients (psql, psycopg, SQLAlchemy + pandas, asyncpg, pgJDBC) against the real binary.
+# clients (psql, psycopg, SQLAlchemy + pandas, asyncpg, pgJDBC, ADBC, Flight SQL JDBC) against the
+# real binary, and the engines (DuckDB, Trino, Spark Connect; servers started by the tests).
 #
 #   scripts/test.sh              everything
 #   scripts/test.sh --rust       only cargo tests
@@ -14,6 +15,7 @@ if [ "${1:-}" = "--e2e" ]; then mode=e2e; shift; fi
 scripts/setup.sh
 export LAKEGATE_PYTHON="$PWD/.cache/venv/bin/python"
 export LAKEGATE_JARS="$PWD/.cache/jars"
+export LAKEGATE_DUCKDB_EXTENSIONS="$PWD/.cache/duckdb/v1.5.5"
 
 cargo build --workspace --bins
 export LAKEGATE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/lakegate"

@@ -108,6 +108,21 @@ impl DataFusionEngine {
         })
     }
 
+    /// Plans the statement without running it: parameter types and result schema. This is
+    /// the description clients get whichever engine later answers.
+    ///
+    /// # Errors
+    /// Planning errors (unknown column, type mismatch, unsupported SQL).
+    pub async fn describe(&self, request: EngineRequest<'_>) -> Result<Described> {
+        let ctx = self.context(&request).await?;
+        let plan = self.plan(&ctx, request.statement).await?;
+        let param_types = ordered_param_types(&plan.get_parameter_types()?)?;
+        Ok(Described {
+            param_types,
+            schema: Arc::new(plan.schema().as_arrow().clone()),
+        })
+    }
+
     /// The database name this engine presents.
     pub fn database(&self) -> &str {
         &self.database
@@ -234,16 +249,6 @@ pub fn ordered_param_types(
 impl Engine for DataFusionEngine {
     fn name(&self) -> &str {
         "datafusion"
-    }
-
-    async fn describe(&self, request: EngineRequest<'_>) -> Result<Described> {
-        let ctx = self.context(&request).await?;
-        let plan = self.plan(&ctx, request.statement).await?;
-        let param_types = ordered_param_types(&plan.get_parameter_types()?)?;
-        Ok(Described {
-            param_types,
-            schema: Arc::new(plan.schema().as_arrow().clone()),
-        })
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {

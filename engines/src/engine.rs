@@ -103,6 +103,9 @@ pub struct EngineRequest<'a> {
     /// lakegate's own tables for this statement (`lakegate.<name>`: cache statistics, ...),
     /// materialised by the gateway; only the embedded engine serves them.
     pub system_tables: &'a [(String, arrow::record_batch::RecordBatch)],
+    /// The result schema the planner (DataFusion) promised clients; every other engine casts
+    /// its answer to it, so an answer is the same whichever engine computed it.
+    pub promised: Option<&'a SchemaRef>,
 }
 
 /// What a statement needs and returns, known before it runs.
@@ -116,17 +119,14 @@ pub struct Described {
 
 /// A query engine that reads the lake.
 ///
+/// Statements are described (parameter types, result schema) by the planner, DataFusion, and
+/// every engine answers in exactly that schema.
+///
 /// Implementations must be cancel-safe: dropping the returned stream stops the query.
 #[async_trait]
 pub trait Engine: Debug + Send + Sync + 'static {
     /// The engine's name in config and routing rules (`datafusion`, `duckdb`, ...).
     fn name(&self) -> &str;
-
-    /// Plans the statement without running it: parameter types and result schema.
-    ///
-    /// # Errors
-    /// Planning errors (unknown column, type mismatch, unsupported SQL).
-    async fn describe(&self, request: EngineRequest<'_>) -> Result<Described>;
 
     /// Runs the statement and streams its result batch by batch.
     ///

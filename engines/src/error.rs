@@ -92,6 +92,34 @@ pub enum Error {
         /// What was asked for.
         what: String,
     },
+    /// An engine (DuckDB, Trino, Spark) refused or failed the statement.
+    #[error("{engine}: {message}")]
+    Engine {
+        /// The engine's name.
+        engine: String,
+        /// What kind of failure the engine reported.
+        kind: ErrorKind,
+        /// The engine's message.
+        message: String,
+    },
+    /// An engine cannot be reached or is not set up.
+    #[error("engine {engine} is unavailable: {reason}")]
+    EngineUnavailable {
+        /// The engine's name.
+        engine: String,
+        /// Why.
+        reason: String,
+    },
+    /// A broken invariant inside lakegate.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// This error inside a DataFusion error (for streams), keeping its kind.
+    pub fn into_datafusion(self) -> DataFusionError {
+        DataFusionError::External(Box::new(self))
+    }
 }
 
 impl From<iceberg::Error> for Error {
@@ -120,6 +148,9 @@ impl Error {
             Self::DataFusion(e) => datafusion_kind(e),
             Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::Canceled | Self::TimedOut => ErrorKind::Canceled,
+            Self::Engine { kind, .. } => *kind,
+            Self::EngineUnavailable { .. } => ErrorKind::Unavailable,
+            Self::Internal(_) => ErrorKind::Internal,
         }
     }
 }

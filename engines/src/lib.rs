@@ -4,23 +4,35 @@
 //!   Lake ── catalog (SQL on SQLite/PostgreSQL, REST) ── version tokens ── ResolvedTable
 //!     │
 //!   Engine::execute(EngineRequest { statement, params, pins, settings })
-//!     └── DataFusionEngine (embedded; also answers pg_catalog / information_schema)
+//!     ├── DataFusionEngine (embedded planner; also answers pg_catalog / information_schema)
+//!     ├── DuckDbEngine     (embedded, Iceberg extension)
+//!     ├── TrinoEngine      (HTTP client protocol)
+//!     └── SparkEngine      (Spark Connect over gRPC)
+//!   each non-planner engine: dialect::render → run → conform to the planner's schema
 //! ```
 //!
 //! Layout:
 //! - [`error`]: the crate's error type and the protocol-neutral [`ErrorKind`].
 //! - [`lake`]: catalog connection, table resolution and the version token of each table.
 //! - [`engine`]: the [`Engine`] trait and what a request to an engine carries.
-//! - [`datafusion_engine`]: the embedded DataFusion engine.
+//! - [`datafusion_engine`]: the embedded DataFusion engine (also the planner of record).
+//! - [`duckdb_engine`], [`trino`], [`spark`]: the other engines.
+//! - [`dialect`]: one parsed statement rendered for each engine, pinned to the snapshots.
+//! - [`conform`]: another engine's answer cast to the planner's schema.
 //! - [`system_catalog`]: `pg_catalog` emulation over the lake for BI tools.
 //! - [`pg_attribute`]: exact column types in `pg_catalog.pg_attribute`.
 
+pub mod conform;
 pub mod datafusion_engine;
+pub mod dialect;
+pub mod duckdb_engine;
 pub mod engine;
 pub mod error;
 pub mod lake;
 pub mod pg_attribute;
+pub mod spark;
 pub mod system_catalog;
+pub mod trino;
 
 pub use engine::{Engine, EngineRef, EngineRequest, Pins, Settings};
 pub use error::{Error, ErrorKind, Result};

@@ -69,6 +69,8 @@ pub struct References {
     pub lake: Vec<TableName>,
     /// `lakegate.<name>` system tables.
     pub system: Vec<String>,
+    /// Whether it reads `pg_catalog` or `information_schema` (answered by the planner only).
+    pub catalog: bool,
 }
 
 /// Resolves the tables `statement` reads, once per statement.
@@ -96,6 +98,7 @@ pub fn references(statement: &Statement, default_schema: &str) -> Result<Referen
         if SYSTEM_SCHEMAS.contains(&schema.as_str())
             || (r.schema().is_none() && table.starts_with("pg_"))
         {
+            out.catalog = true;
             continue;
         }
         if !out.lake.contains(&(schema.clone(), table.clone())) {

@@ -25,6 +25,108 @@ pub struct Config {
     pub datafusion: DataFusionConfig,
     /// The result cache.
     pub cache: crate::cache::CacheConfig,
+    /// Which engine answers queries no session pinned.
+    pub engines: EnginesConfig,
+    /// The embedded DuckDB engine.
+    pub duckdb: DuckDbConfig,
+    /// A Trino coordinator.
+    pub trino: TrinoConfig,
+    /// A Spark Connect server.
+    pub spark: SparkConfig,
+}
+
+/// `[engines]`: choices across engines.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnginesConfig {
+    /// The engine for queries no session pinned (default `datafusion`).
+    pub default: String,
+}
+
+impl Default for EnginesConfig {
+    fn default() -> Self {
+        Self {
+            default: "datafusion".into(),
+        }
+    }
+}
+
+/// `[duckdb]`: the embedded DuckDB engine.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DuckDbConfig {
+    /// `true`: required (startup fails without it); `false`: off; unset: on when its
+    /// extensions are found.
+    pub enabled: Option<bool>,
+    /// Folder with `avro.duckdb_extension` and `iceberg.duckdb_extension` for DuckDB 1.5.5
+    /// (default: `$LAKEGATE_DUCKDB_EXTENSIONS`, else `.cache/duckdb/v1.5.5`, where
+    /// `scripts/setup.sh` puts them).
+    pub extension_dir: String,
+    /// Threads per query (default 2).
+    pub threads: usize,
+    /// Memory DuckDB may use (default `2GB`).
+    pub memory_limit: String,
+}
+
+impl Default for DuckDbConfig {
+    fn default() -> Self {
+        Self {
+            enabled: None,
+            extension_dir: String::new(),
+            threads: 2,
+            memory_limit: "2GB".into(),
+        }
+    }
+}
+
+impl DuckDbConfig {
+    /// Where the extensions are looked for.
+    pub fn extension_dir(&self) -> std::path::PathBuf {
+        if !self.extension_dir.is_empty() {
+            return self.extension_dir.clone().into();
+        }
+        if let Ok(dir) = std::env::var("LAKEGATE_DUCKDB_EXTENSIONS")
+            && !dir.is_empty()
+        {
+            return dir.into();
+        }
+        std::path::PathBuf::from(".cache/duckdb").join(lakegate_engines::duckdb_engine::DUCKDB_VERSION)
+    }
+}
+
+/// `[trino]`: a Trino coordinator whose Iceberg connector reads the same catalog.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrinoConfig {
+    /// `http://host:port` of the coordinator; empty: no Trino engine.
+    pub url: String,
+    /// The Trino catalog mapped to the lake (default `lake`).
+    pub catalog: String,
+    /// The Trino user queries run as (default `lakegate`).
+    pub user: String,
+}
+
+impl Default for TrinoConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            catalog: "lake".into(),
+            user: "lakegate".into(),
+        }
+    }
+}
+
+/// `[spark]`: a Spark Connect server with an Iceberg catalog on the same catalog.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SparkConfig {
+    /// `http://host:port` of Spark Connect (usually port 15002); empty: no Spark engine.
+    pub url: String,
+    /// The Spark catalog mapped to the lake (default: `catalog.name`, which Iceberg's
+    /// `JdbcCatalog` requires to match).
+    pub catalog: String,
+    /// The user Spark sessions belong to (default `lakegate`).
+    pub user: String,
 }
 
 /// `[catalog]`: where the lake is.
@@ -125,6 +227,12 @@ pub struct Overrides {
     pub pg_listen: Option<String>,
     /// `--flight-listen`
     pub flight_listen: Option<String>,
+    /// `--trino-url`
+    pub trino_url: Option<String>,
+    /// `--spark-url`
+    pub spark_url: Option<String>,
+    /// `--engine` (the default engine)
+    pub engine: Option<String>,
 }
 
 impl Config {
@@ -177,6 +285,15 @@ impl Config {
         if let Some(v) = &o.flight_listen {
             self.flight.listen = v.clone();
         }
+        if let Some(v) = &o.trino_url {
+            self.trino.url = v.clone();
+        }
+        if let Some(v) = &o.spark_url {
+            self.spark.url = v.clone();
+        }
+        if let Some(v) = &o.engine {
+            self.engines.default = v.clone();
+        }
     }
 
     /// Checks every setting that can be checked without connecting.
@@ -219,6 +336,25 @@ impl Config {
         }
         if self.datafusion.batch_size == 0 {
             return Err(bad("datafusion.batch_size", "must be at least 1".into()));
+        }
+        let engines = crate::session::ENGINE_NAMES;
+        if !engines[1..].contains(&self.engines.default.as_str()) {
+            return Err(bad(
+                "engines.default",
+                format!(
+                    "`{}` is not an engine: use one of {} (flag --engine)",
+                    self.engines.default,
+                    engines[1..].join(", ")
+                ),
+            ));
+        }
+        for (setting, url) in [("trino.url", &self.trino.url), ("spark.url", &self.spark.url)] {
+            if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(bad(
+                    setting,
+                    format!("`{url}` must be an http:// or https:// URL"),
+                ));
+            }
         }
         Ok(())
     }

@@ -86,6 +86,14 @@ pub enum Error {
     /// An error shared by every statement that waited on the same computation.
     #[error("{0}")]
     Shared(std::sync::Arc<Error>),
+    /// A session pinned an engine this gateway does not run.
+    #[error("engine \"{name}\" is not configured in this gateway (configured: {available})")]
+    EngineNotConfigured {
+        /// The engine asked for.
+        name: String,
+        /// The engines that are configured.
+        available: String,
+    },
     /// A `lakegate.<name>` table that does not exist.
     #[error("relation \"lakegate.{name}\" does not exist")]
     UnknownSystemTable {
@@ -115,6 +123,7 @@ impl Error {
             Self::Engine(e) => e.kind(),
             Self::Shared(e) => e.kind(),
             Self::UnknownSystemTable { .. } => ErrorKind::UndefinedTable,
+            Self::EngineNotConfigured { .. } => ErrorKind::InvalidParameter,
         }
     }
 }

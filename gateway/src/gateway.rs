@@ -4,15 +4,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use lakegate_engines::datafusion_engine::{DataFusionEngine, DataFusionOptions};
+use lakegate_engines::duckdb_engine::{DuckDbEngine, DuckDbOptions};
+use lakegate_engines::spark::{SparkEngine, SparkOptions};
+use lakegate_engines::trino::{TrinoEngine, TrinoOptions};
 use lakegate_engines::{Engine, Lake};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::frontend::flight::{FlightServer, FlightSqlFrontend};
 use crate::frontend::pg::{PgHandlers, PgServer};
-use crate::service::GatewayService;
+use crate::service::{Engines, GatewayService};
 
 /// Connects to the lake and builds the engine and the query service every frontend shares.
 ///
@@ -34,7 +37,7 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             })?
             .with_max_staleness(config.cache.max_staleness),
     );
-    let engine: Arc<dyn Engine> = Arc::new(DataFusionEngine::try_new(
+    let planner = Arc::new(DataFusionEngine::try_new(
         lake.clone(),
         DataFusionOptions {
             database: config.pg.database.clone(),
@@ -43,11 +46,84 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             memory_limit: config.datafusion.memory_limit_mb.saturating_mul(1 << 20),
         },
     )?);
+    let engines = build_engines(config, planner).await?;
+    info!(engines = ?engines.names(), default = %engines.default, "engines");
     Ok(Arc::new(GatewayService::new(
         lake,
-        engine,
+        engines,
         config.cache.clone(),
     )))
+}
+
+/// The configured engines besides the planner: DuckDB when its extensions are there (or
+/// required), Trino and Spark when their URLs are set. A remote engine that is down at start
+/// is still added (it may come up later) with a warning.
+async fn build_engines(config: &Config, planner: Arc<DataFusionEngine>) -> Result<Engines> {
+    let mut engines = Engines::planner_only(planner);
+    let connect_timeout = std::time::Duration::from_secs(2);
+    let duck_dir = config.duckdb.extension_dir();
+    match config.duckdb.enabled {
+        Some(false) => {}
+        required => {
+            let options = DuckDbOptions {
+                extension_dir: duck_dir.clone(),
+                threads: config.duckdb.threads,
+                memory_limit: config.duckdb.memory_limit.clone(),
+            };
+            match tokio::task::spawn_blocking(move || DuckDbEngine::try_new(&options))
+                .await
+                .map_err(|e| Error::Engine(lakegate_engines::Error::Internal(e.to_string())))?
+            {
+                Ok(duck) => engines.all.push(Arc::new(duck)),
+                Err(e) if required == Some(true) => {
+                    return Err(Error::Config {
+                        setting: "duckdb.extension_dir".into(),
+                        reason: e.to_string(),
+                    });
+                }
+                Err(e) => info!(%e, "duckdb engine off"),
+            }
+        }
+    }
+    if !config.trino.url.is_empty() {
+        let trino = TrinoEngine::try_new(TrinoOptions {
+            url: config.trino.url.clone(),
+            catalog: config.trino.catalog.clone(),
+            user: config.trino.user.clone(),
+            connect_timeout,
+        })?;
+        if let Err(e) = trino.health().await {
+            warn!(%e, "trino is not answering yet");
+        }
+        engines.all.push(Arc::new(trino));
+    }
+    if !config.spark.url.is_empty() {
+        let spark = SparkEngine::try_new(SparkOptions {
+            url: config.spark.url.clone(),
+            catalog: if config.spark.catalog.is_empty() {
+                config.catalog.name.clone()
+            } else {
+                config.spark.catalog.clone()
+            },
+            user: if config.spark.user.is_empty() {
+                "lakegate".into()
+            } else {
+                config.spark.user.clone()
+            },
+            connect_timeout,
+        })?;
+        engines.all.push(Arc::new(spark));
+    }
+    engines.get(&config.engines.default).map_err(|_| Error::Config {
+        setting: "engines.default".into(),
+        reason: format!(
+            "`{}` is not configured here (configured: {})",
+            config.engines.default,
+            engines.names().join(", ")
+        ),
+    })?;
+    engines.default = config.engines.default.clone();
+    Ok(engines)
 }
 
 /// Runs `sql` in-process through the query service and drains the result: (rows, Arrow bytes).

@@ -75,6 +75,15 @@ struct Flags {
     /// Arrow Flight SQL endpoint address (default 127.0.0.1:32010).
     #[arg(long)]
     flight_listen: Option<String>,
+    /// Trino coordinator URL (http://host:port), enabling the Trino engine.
+    #[arg(long)]
+    trino_url: Option<String>,
+    /// Spark Connect URL (http://host:15002), enabling the Spark engine.
+    #[arg(long)]
+    spark_url: Option<String>,
+    /// The engine for queries no session pinned: datafusion, duckdb, trino or spark.
+    #[arg(long)]
+    engine: Option<String>,
 }
 
 impl Flags {
@@ -85,6 +94,9 @@ impl Flags {
             warehouse: self.warehouse.clone(),
             pg_listen: self.pg_listen.clone(),
             flight_listen: self.flight_listen.clone(),
+            trino_url: self.trino_url.clone(),
+            spark_url: self.spark_url.clone(),
+            engine: self.engine.clone(),
         }
     }
 }

@@ -13,8 +13,9 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::StreamExt;
+use lakegate_engines::datafusion_engine::DataFusionEngine;
 use lakegate_engines::engine::Described;
-use lakegate_engines::{Engine, EngineRequest, Lake, Pins, Settings};
+use lakegate_engines::{Engine, EngineRef, EngineRequest, Lake, Pins, Settings};
 use sync_wrapper::SyncWrapper;
 use tracing::{debug, instrument};
 
@@ -70,10 +71,58 @@ impl Command {
     }
 }
 
+/// The engines a gateway runs queries on.
+pub struct Engines {
+    /// DataFusion: describes every statement, answers the catalog and `lakegate.*` tables.
+    pub planner: Arc<DataFusionEngine>,
+    /// Every engine by name, the planner included, in configuration order.
+    pub all: Vec<EngineRef>,
+    /// The engine for queries nobody pinned (until the router chooses per query).
+    pub default: String,
+}
+
+impl Engines {
+    /// Only the embedded DataFusion engine.
+    pub fn planner_only(planner: Arc<DataFusionEngine>) -> Self {
+        Self {
+            all: vec![planner.clone() as EngineRef],
+            default: planner.name().to_string(),
+            planner,
+        }
+    }
+
+    /// The engine named `name`.
+    ///
+    /// # Errors
+    /// [`Error::EngineNotConfigured`] naming the ones that are.
+    pub fn get(&self, name: &str) -> Result<&EngineRef> {
+        self.all
+            .iter()
+            .find(|e| e.name() == name)
+            .ok_or_else(|| Error::EngineNotConfigured {
+                name: name.to_string(),
+                available: self.names().join(", "),
+            })
+    }
+
+    /// The names of the configured engines.
+    pub fn names(&self) -> Vec<&str> {
+        self.all.iter().map(|e| e.name()).collect()
+    }
+}
+
+/// A statement's table versions and the system tables it reads.
+struct Resolved {
+    pins: Pins,
+    system_tables: Vec<(String, RecordBatch)>,
+    /// It reads `pg_catalog` / `information_schema`.
+    catalog: bool,
+}
+
 /// The gateway's query pipeline.
 pub struct GatewayService {
     lake: Arc<Lake>,
-    engine: Arc<dyn Engine>,
+    engines: Engines,
     parser: PostgresCompatibilityParser,
     cache: ResultCache,
     /// Descriptions by (statement, table versions, settings): a repeated Parse of an unchanged
@@ -83,16 +132,21 @@ pub struct GatewayService {
 }
 
 impl GatewayService {
-    /// A service over `lake`, executing on `engine`, caching results per `cache`.
-    pub fn new(lake: Arc<Lake>, engine: Arc<dyn Engine>, cache: CacheConfig) -> Self {
+    /// A service over `lake`, executing on `engines`, caching results per `cache`.
+    pub fn new(lake: Arc<Lake>, engines: Engines, cache: CacheConfig) -> Self {
         Self {
             lake,
-            engine,
+            engines,
             parser: PostgresCompatibilityParser::new(),
             cache: ResultCache::new(cache),
             described: moka::future::Cache::new(10_000),
             history: Arc::new(QueryHistory::new(10_000)),
         }
+    }
+
+    /// The engines.
+    pub fn engines(&self) -> &Engines {
+        &self.engines
     }
 
     /// The result cache.
@@ -107,11 +161,51 @@ impl GatewayService {
             let batch = match name.as_str() {
                 "cache_stats" => self.cache.stats_batch(self.lake.token_stats()).await,
                 "queries" => self.history.batch(),
+                "engines" => self.engines_batch().await,
                 _ => return Err(Error::UnknownSystemTable { name }),
             };
             out.push((name, batch));
         }
         Ok(out)
+    }
+
+    /// `lakegate.engines`: each engine, whether it answers now (checked concurrently, 5 s at
+    /// most), and which one is the default.
+    async fn engines_batch(&self) -> RecordBatch {
+        let checks = self.engines.all.iter().map(|e| async move {
+            let started = std::time::Instant::now();
+            let outcome =
+                tokio::time::timeout(std::time::Duration::from_secs(5), e.health()).await;
+            let error = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(err)) => Some(err.to_string()),
+                Err(_) => Some("no answer within 5 s".to_string()),
+            };
+            (e.name().to_string(), error, started.elapsed().as_secs_f64() * 1000.0)
+        });
+        let results = futures::future::join_all(checks).await;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("engine", DataType::Utf8, false),
+            Field::new("healthy", DataType::Boolean, false),
+            Field::new("is_default", DataType::Boolean, false),
+            Field::new("check_ms", DataType::Float64, false),
+            Field::new("error", DataType::Utf8, true),
+        ]));
+        let columns: Vec<arrow::array::ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(results.iter().map(|r| r.0.as_str()))),
+            Arc::new(arrow::array::BooleanArray::from_iter(
+                results.iter().map(|r| Some(r.1.is_none())),
+            )),
+            Arc::new(arrow::array::BooleanArray::from_iter(
+                results.iter().map(|r| Some(r.0 == self.engines.default)),
+            )),
+            Arc::new(arrow::array::Float64Array::from_iter_values(
+                results.iter().map(|r| r.2),
+            )),
+            Arc::new(StringArray::from_iter(results.iter().map(|r| r.1.clone()))),
+        ];
+        RecordBatch::try_new(schema.clone(), columns)
+            .unwrap_or_else(|_| RecordBatch::new_empty(schema))
     }
 
     /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).
@@ -145,18 +239,61 @@ impl GatewayService {
 
     /// Resolves every lake table the statement reads to its current version, and materialises
     /// the system tables it reads.
-    async fn resolve(
-        &self,
-        statement: &Statement,
-        settings: &Settings,
-    ) -> Result<(Pins, Vec<(String, RecordBatch)>)> {
+    async fn resolve(&self, statement: &Statement, settings: &Settings) -> Result<Resolved> {
         let refs = classify::references(statement, settings.default_schema())?;
         let mut pins = Pins::default();
         for (schema, table) in &refs.lake {
             let resolved = self.lake.resolve(schema, table).await?;
             pins.insert(schema, table, resolved);
         }
-        Ok((pins, self.system_tables(&refs.system).await?))
+        Ok(Resolved {
+            pins,
+            system_tables: self.system_tables(&refs.system).await?,
+            catalog: refs.catalog,
+        })
+    }
+
+    /// The planner's description of an (output-aliased) statement at these versions; cached,
+    /// so a repeated Parse, or a query another engine answers, skips planning.
+    async fn plan_description(
+        &self,
+        statement: &Statement,
+        resolved: &Resolved,
+        settings: &Settings,
+    ) -> Result<Described> {
+        let key = resolved
+            .system_tables
+            .is_empty()
+            .then(|| ResultCache::key(statement, None, &resolved.pins, settings));
+        if let Some(k) = key
+            && let Some(hit) = self.described.get(&k).await
+        {
+            return Ok(hit);
+        }
+        let request = EngineRequest {
+            statement,
+            params: None,
+            pins: &resolved.pins,
+            settings,
+            system_tables: &resolved.system_tables,
+            promised: None,
+        };
+        let described = self.engines.planner.describe(request).await?;
+        if let Some(k) = key {
+            self.described.insert(k, described.clone()).await;
+        }
+        Ok(described)
+    }
+
+    /// The engine that answers a statement: the planner for anything that reads no lake table
+    /// or reads the catalog / `lakegate.*` tables; else the session's pinned engine, or the
+    /// default.
+    fn choose_engine(&self, resolved: &Resolved, session: &Session) -> Result<EngineRef> {
+        if resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty() {
+            return Ok(self.engines.planner.clone());
+        }
+        let name = session.pinned_engine().unwrap_or(&self.engines.default);
+        self.engines.get(name).cloned()
     }
 
     /// What a statement takes and returns, without running it (`None`: it returns no rows).
@@ -173,28 +310,12 @@ impl GatewayService {
                 let mut statement = statement.clone();
                 let names = output_names::apply(&mut statement);
                 let settings = session.engine_settings();
-                let (pins, system_tables) = self.resolve(&statement, &settings).await?;
-                let key = system_tables
-                    .is_empty()
-                    .then(|| ResultCache::key(&statement, None, &pins, &settings));
-                if let Some(k) = key
-                    && let Some(hit) = self.described.get(&k).await
-                {
-                    return Ok(Some(hit));
-                }
-                let request = EngineRequest {
-                    statement: &statement,
-                    params: None,
-                    pins: &pins,
-                    settings: &settings,
-                    system_tables: &system_tables,
-                };
-                let mut described = self.engine.describe(request).await?;
+                let resolved = self.resolve(&statement, &settings).await?;
+                let mut described = self
+                    .plan_description(&statement, &resolved, &settings)
+                    .await?;
                 if let Some(names) = names {
                     described.schema = output_names::rename_schema(&described.schema, &names);
-                }
-                if let Some(k) = key {
-                    self.described.insert(k, described.clone()).await;
                 }
                 Ok(Some(described))
             }
@@ -303,7 +424,8 @@ impl GatewayService {
         let names = output_names::apply(&mut statement);
         let statement = &statement;
         let settings = session.engine_settings();
-        let (pins, system_tables) = self.resolve(statement, &settings).await?;
+        let resolved = self.resolve(statement, &settings).await?;
+        let pins = &resolved.pins;
         pending.record.snapshots = pins
             .iter()
             .map(|((schema, table), t)| match t.snapshot_id {
@@ -315,27 +437,37 @@ impl GatewayService {
         for ((schema, table), t) in pins.iter() {
             debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
         }
-
+        let engine = self.choose_engine(&resolved, session)?;
+        // Every engine but the planner answers in the schema the planner promised.
+        let promised = if Arc::ptr_eq(&engine, &(self.engines.planner.clone() as EngineRef)) {
+            None
+        } else {
+            Some(
+                self.plan_description(statement, &resolved, &settings)
+                    .await?
+                    .schema,
+            )
+        };
         let request = EngineRequest {
             statement,
             params,
-            pins: &pins,
+            pins,
             settings: &settings,
-            system_tables: &system_tables,
+            system_tables: &resolved.system_tables,
+            promised: promised.as_ref(),
         };
         if self.cache.enabled()
-            && system_tables.is_empty()
-            && ResultCache::cacheable(statement, &pins)
+            && resolved.system_tables.is_empty()
+            && ResultCache::cacheable(statement, pins)
         {
-            let key = ResultCache::key(statement, params, &pins, &settings);
+            let key = ResultCache::key(statement, params, pins, &settings);
             let max = self.cache.max_entry_bytes();
             let executed = std::sync::atomic::AtomicBool::new(false);
             let computed = self
                 .cache
                 .get_or_compute(key, async {
                     executed.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let stream = self
-                        .execute_engine(request, names.as_deref())
+                    let stream = execute_on(&engine, request, names.as_deref())
                         .await
                         .map_err(|e| Uncached::Failed(Arc::new(e)))?;
                     collect_capped(stream, max).await
@@ -344,7 +476,7 @@ impl GatewayService {
             // A caller that waited on another's computation counts as a hit too.
             let ran_here = executed.load(std::sync::atomic::Ordering::Relaxed);
             if ran_here {
-                pending.record.engine = self.engine.name().to_string();
+                pending.record.engine = engine.name().to_string();
             }
             match computed {
                 Ok(result) => {
@@ -367,20 +499,8 @@ impl GatewayService {
                 "off"
             };
         }
-        pending.record.engine = self.engine.name().to_string();
-        self.execute_engine(request, names.as_deref()).await
-    }
-
-    async fn execute_engine(
-        &self,
-        request: EngineRequest<'_>,
-        names: Option<&[String]>,
-    ) -> Result<SendableRecordBatchStream> {
-        let stream = self.engine.execute(request).await?;
-        Ok(match names {
-            Some(names) => output_names::rename_stream(stream, names),
-            None => stream,
-        })
+        pending.record.engine = engine.name().to_string();
+        execute_on(&engine, request, names.as_deref()).await
     }
 
     fn session_statement(
@@ -662,6 +782,19 @@ fn apply_set_config(statement: &Statement, session: &mut Session) -> Result<()> 
 }
 
 /// Drains a stream into memory, giving up once it exceeds `max` bytes.
+/// Runs a request on `engine`, with PostgreSQL's output column names.
+async fn execute_on(
+    engine: &EngineRef,
+    request: EngineRequest<'_>,
+    names: Option<&[String]>,
+) -> Result<SendableRecordBatchStream> {
+    let stream = engine.execute(request).await?;
+    Ok(match names {
+        Some(names) => output_names::rename_stream(stream, names),
+        None => stream,
+    })
+}
+
 async fn collect_capped(
     mut stream: SendableRecordBatchStream,
     max: u64,

@@ -73,6 +73,8 @@ const PARAMS: &[Param] = &[
     rw("default_text_search_config", "pg_catalog.english"),
     rw("array_nulls", "on"),
     rw("xmloption", "content"),
+    // lakegate's own: the engine this session pins (`auto`: the router chooses).
+    rw("lakegate.engine", "auto"),
     ro("standard_conforming_strings", "on"),
     ro("server_version", SERVER_VERSION),
     ro("server_version_num", "160006"),
@@ -84,6 +86,9 @@ const PARAMS: &[Param] = &[
     ro("lc_collate", "C"),
     ro("lc_ctype", "C"),
 ];
+
+/// Values `lakegate.engine` accepts: `auto` (routing) or an engine's name.
+pub const ENGINE_NAMES: &[&str] = &["auto", "datafusion", "duckdb", "trino", "spark"];
 
 fn param(name: &str) -> Option<&'static Param> {
     PARAMS.iter().find(|p| p.name == name)
@@ -225,6 +230,14 @@ impl Session {
     /// Every setting, by name.
     pub fn values(&self) -> &BTreeMap<String, String> {
         &self.values
+    }
+
+    /// The engine this session pins (`SET lakegate.engine`), `None` for routing.
+    pub fn pinned_engine(&self) -> Option<&str> {
+        self.values
+            .get("lakegate.engine")
+            .map(String::as_str)
+            .filter(|e| *e != "auto")
     }
 
     /// `statement_timeout` as a duration (`None`: no limit).
@@ -376,6 +389,14 @@ fn normalize(name: &str, value: &str) -> Result<String> {
             } else {
                 format!("{ms}ms")
             })
+        }
+        "lakegate.engine" => {
+            let v = value.trim().to_ascii_lowercase();
+            if ENGINE_NAMES.contains(&v.as_str()) {
+                Ok(v)
+            } else {
+                Err(invalid(&format!("one of {}", ENGINE_NAMES.join(", "))))
+            }
         }
         "default_transaction_read_only" | "transaction_read_only" => match value.trim() {
             "on" | "true" | "1" | "yes" => Ok("on".into()),

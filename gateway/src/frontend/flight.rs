@@ -93,6 +93,9 @@ impl FlightServer {
 }
 
 /// A prepared statement: its parsed form, description and bound parameters.
+/// Request header that pins an engine for the call (like `SET lakegate.engine`).
+pub const ENGINE_HEADER: &str = "x-lakegate-engine";
+
 struct PreparedStatement {
     statement: Statement,
     described: Option<Described>,
@@ -262,8 +265,19 @@ impl FlightSqlFrontend {
         })
     }
 
-    fn session(&self) -> Session {
-        Session::new("flight", &self.default_schema)
+    /// A session for one call; the `x-lakegate-engine` header pins an engine, as
+    /// `SET lakegate.engine` does over pgwire.
+    fn session(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Session, Status> {
+        let mut session = Session::new("flight", &self.default_schema);
+        if let Some(engine) = metadata.get(ENGINE_HEADER) {
+            let engine = engine
+                .to_str()
+                .map_err(|_| Status::invalid_argument(format!("{ENGINE_HEADER} must be text")))?;
+            session
+                .set("lakegate.engine", engine)
+                .map_err(|e| status(e))?;
+        }
+        Ok(session)
     }
 
     fn parse_one(&self, sql: &str) -> Result<Statement, Status> {
@@ -280,8 +294,9 @@ impl FlightSqlFrontend {
         &self,
         statement: &Statement,
         params: Option<&ParamValues>,
+        metadata: &tonic::metadata::MetadataMap,
     ) -> Result<Response<DoGetStream>, Status> {
-        let mut session = self.session();
+        let mut session = self.session(metadata)?;
         let output = self
             .service
             .execute(statement, params, &mut session)
@@ -307,8 +322,12 @@ impl FlightSqlFrontend {
         Ok(Response::new(Box::pin(encoded)))
     }
 
-    async fn describe(&self, statement: &Statement) -> Result<Option<Described>, Status> {
-        let mut session = self.session();
+    async fn describe(
+        &self,
+        statement: &Statement,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Option<Described>, Status> {
+        let mut session = self.session(metadata)?;
         self.service
             .describe(statement, &mut session)
             .await
@@ -477,7 +496,7 @@ impl FlightSqlService for FlightSqlFrontend {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let statement = self.parse_one(&query.query)?;
-        let schema = match self.describe(&statement).await? {
+        let schema = match self.describe(&statement, request.metadata()).await? {
             Some(d) => d.schema,
             None => Arc::new(Schema::empty()),
         };
@@ -494,12 +513,12 @@ impl FlightSqlService for FlightSqlFrontend {
     async fn do_get_statement(
         &self,
         ticket: TicketStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let sql = String::from_utf8(ticket.statement_handle.to_vec())
             .map_err(|_| Status::invalid_argument("statement handle is not UTF-8 SQL"))?;
         let statement = self.parse_one(&sql)?;
-        self.run(&statement, None).await
+        self.run(&statement, None, request.metadata()).await
     }
 
     async fn do_put_statement_update(
@@ -515,10 +534,10 @@ impl FlightSqlService for FlightSqlFrontend {
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<arrow_flight::Action>,
+        request: Request<arrow_flight::Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let statement = self.parse_one(&query.query)?;
-        let described = self.describe(&statement).await?;
+        let described = self.describe(&statement, request.metadata()).await?;
         let dataset = described
             .as_ref()
             .map(|d| d.schema.clone())
@@ -594,7 +613,7 @@ impl FlightSqlService for FlightSqlFrontend {
     async fn do_get_prepared_statement(
         &self,
         query: CommandPreparedStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let (statement, params) = {
             let prepared = self.prepared.lock().unwrap_or_else(|p| p.into_inner());
@@ -603,7 +622,7 @@ impl FlightSqlService for FlightSqlFrontend {
                 .ok_or_else(|| Status::not_found("unknown prepared statement"))?;
             (entry.statement.clone(), entry.params.clone())
         };
-        self.run(&statement, params.as_ref()).await
+        self.run(&statement, params.as_ref(), request.metadata()).await
     }
 
     async fn do_action_close_prepared_statement(

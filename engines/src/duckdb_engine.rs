@@ -1,0 +1,263 @@
+//! Embedded DuckDB (bundled 1.5.5) reading the lake through DuckDB's own Iceberg extension:
+//! `iceberg_scan('<metadata.json>', snapshot_from_id => <pinned id>)`, which applies position
+//! and equality deletes itself. The extension binaries come from PyPI's
+//! `duckdb-extension-{avro,iceberg}` 1.5.5 wheels (`scripts/setup.sh` unpacks them) and are
+//! loaded offline; nothing is downloaded at run time.
+//!
+//! The bundled DuckDB has no ICU, so it computes in UTC; answers are instants and the frontends
+//! render them in the session's time zone.
+//!
+//! DuckDB calls block, so each query runs on a blocking thread and hands its batches to the
+//! async side through a bounded channel; dropping the stream interrupts the query.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow::array::RecordBatch;
+use async_trait::async_trait;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use duckdb::{Config, Connection};
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use crate::conform::conform_batch;
+use crate::dialect::{Dialect, render};
+use crate::engine::{Engine, EngineRequest};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The DuckDB version the bundled library and the extension binaries must share.
+pub const DUCKDB_VERSION: &str = "v1.5.5";
+
+/// Options for the embedded DuckDB engine.
+#[derive(Debug, Clone)]
+pub struct DuckDbOptions {
+    /// Folder holding `avro.duckdb_extension` and `iceberg.duckdb_extension` for
+    /// [`DUCKDB_VERSION`].
+    pub extension_dir: PathBuf,
+    /// Worker threads DuckDB may use per query.
+    pub threads: usize,
+    /// Memory DuckDB may use, e.g. `2GB`.
+    pub memory_limit: String,
+}
+
+/// The embedded DuckDB engine.
+pub struct DuckDbEngine {
+    /// Idle connections to the one in-memory database (extensions loaded once, shared).
+    idle: Arc<Mutex<Vec<Connection>>>,
+    /// Kept to open more connections when all are busy.
+    root: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for DuckDbEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DuckDbEngine").finish_non_exhaustive()
+    }
+}
+
+impl DuckDbEngine {
+    /// Opens an in-memory DuckDB and loads the Iceberg extension from `options.extension_dir`.
+    ///
+    /// # Errors
+    /// [`Error::EngineUnavailable`] when the extensions are missing or do not load.
+    pub fn try_new(options: &DuckDbOptions) -> Result<Self> {
+        let unavailable = |reason: String| Error::EngineUnavailable {
+            engine: "duckdb".into(),
+            reason,
+        };
+        for ext in ["avro", "iceberg"] {
+            let path = extension_path(&options.extension_dir, ext);
+            if !path.is_file() {
+                return Err(unavailable(format!(
+                    "extension {} not found (scripts/setup.sh installs it; or set duckdb.extension_dir)",
+                    path.display()
+                )));
+            }
+        }
+        let config = Config::default()
+            .allow_unsigned_extensions()
+            .and_then(|c| c.enable_autoload_extension(false))
+            .and_then(|c| c.with("autoinstall_known_extensions", "false"))
+            .and_then(|c| c.threads(options.threads.max(1) as i64))
+            .and_then(|c| c.max_memory(&options.memory_limit))
+            .map_err(|e| unavailable(e.to_string()))?;
+        let conn = Connection::open_in_memory_with_flags(config)
+            .map_err(|e| unavailable(e.to_string()))?;
+        // avro first: iceberg's initialisation otherwise tries to install it.
+        for ext in ["avro", "iceberg"] {
+            let path = extension_path(&options.extension_dir, ext);
+            conn.execute_batch(&format!(
+                "LOAD '{}'",
+                path.display().to_string().replace('\'', "''")
+            ))
+            .map_err(|e| unavailable(format!("loading {}: {e}", path.display())))?;
+        }
+        Ok(Self {
+            idle: Arc::new(Mutex::new(Vec::new())),
+            root: Mutex::new(conn),
+        })
+    }
+
+    fn connection(&self) -> Result<Connection> {
+        if let Some(c) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(c);
+        }
+        self.root
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_clone()
+            .map_err(|e| duck_error(&e))
+    }
+
+}
+
+/// Where a DuckDB extension binary lives under `dir`.
+pub fn extension_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.duckdb_extension"))
+}
+
+/// Interrupts the DuckDB query when the consumer goes away before it finished.
+struct InterruptOnDrop {
+    handle: Arc<duckdb::InterruptHandle>,
+    done: Arc<AtomicBool>,
+}
+
+impl Drop for InterruptOnDrop {
+    fn drop(&mut self) {
+        if !self.done.load(Ordering::Acquire) {
+            self.handle.interrupt();
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for DuckDbEngine {
+    fn name(&self) -> &str {
+        "duckdb"
+    }
+
+    async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
+        let schema = request.promised.clone().ok_or_else(|| {
+            Error::Internal("duckdb needs the planner's schema to answer".into())
+        })?;
+        let sql = render(
+            request.statement,
+            request.params,
+            request.pins,
+            request.settings.default_schema(),
+            Dialect::DuckDb,
+        )?;
+        debug!(%sql, "duckdb");
+        let conn = self.connection()?;
+        let done = Arc::new(AtomicBool::new(false));
+        let guard = InterruptOnDrop {
+            handle: conn.interrupt_handle(),
+            done: done.clone(),
+        };
+        let (tx, rx) = mpsc::channel::<datafusion::error::Result<RecordBatch>>(2);
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Result<()>>();
+        let this_schema = schema.clone();
+        let idle = self.idle.clone();
+        tokio::task::spawn_blocking(move || {
+            let outcome = run_blocking(&conn, &sql, &this_schema, &tx, first_tx);
+            if let Err(e) = outcome {
+                let _ = tx.blocking_send(Err(e.into_datafusion()));
+            }
+            done.store(true, Ordering::Release);
+            give_back(&idle, conn);
+        });
+        // Errors before the first batch (syntax, missing files) are returned, not streamed.
+        match first_rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(Error::Internal("duckdb worker stopped".into())),
+        }
+        let stream = futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+            rx.recv().await.map(|b| (b, (rx, guard)))
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            crate::conform::nullable_schema(&schema),
+            stream,
+        )))
+    }
+
+    async fn health(&self) -> Result<()> {
+        let conn = self.connection()?;
+        let conn = tokio::task::spawn_blocking(move || {
+            conn.execute_batch("SELECT 1").map(|_| conn)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(|e| duck_error(&e))?;
+        give_back(&self.idle, conn);
+        Ok(())
+    }
+}
+
+fn give_back(idle: &Mutex<Vec<Connection>>, conn: Connection) {
+    let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+    if idle.len() < 16 {
+        idle.push(conn);
+    }
+}
+
+
+fn run_blocking(
+    conn: &Connection,
+    sql: &str,
+    schema: &arrow::datatypes::SchemaRef,
+    tx: &mpsc::Sender<datafusion::error::Result<RecordBatch>>,
+    first: tokio::sync::oneshot::Sender<Result<()>>,
+) -> Result<()> {
+    let prepared = (|| {
+        let mut stmt = conn.prepare(sql)?;
+        // Executes in streaming mode; batches are then pulled with `step`, which reports
+        // errors (the iterator `stream_arrow` returns would panic on them).
+        let _ = stmt.stream_arrow([])?;
+        Ok::<_, duckdb::Error>(stmt)
+    })();
+    let stmt = match prepared {
+        Ok(stmt) => {
+            let _ = first.send(Ok(()));
+            stmt
+        }
+        Err(e) => {
+            let _ = first.send(Err(duck_error(&e)));
+            return Ok(());
+        }
+    };
+    loop {
+        let chunk = stmt.step().map_err(|e| duck_error(&e))?;
+        let Some(array) = chunk else { return Ok(()) };
+        let batch = conform_batch(&RecordBatch::from(&array), schema)?;
+        if tx.blocking_send(Ok(batch)).is_err() {
+            return Ok(()); // the client went away
+        }
+    }
+}
+
+/// A DuckDB error with its kind, from DuckDB's message prefixes.
+fn duck_error(e: &duckdb::Error) -> Error {
+    let message = e.to_string();
+    let kind = if message.starts_with("Parser Error") {
+        ErrorKind::Syntax
+    } else if message.starts_with("Catalog Error") && message.contains("Function") {
+        ErrorKind::UndefinedFunction
+    } else if message.starts_with("Binder Error") && message.contains("column") {
+        ErrorKind::UndefinedColumn
+    } else if message.starts_with("Conversion Error") || message.starts_with("Out of Range") {
+        ErrorKind::DataException
+    } else if message.starts_with("Not implemented") {
+        ErrorKind::Unsupported
+    } else if message.starts_with("INTERRUPT") || message.contains("Interrupted") {
+        ErrorKind::Canceled
+    } else {
+        ErrorKind::Internal
+    };
+    Error::Engine {
+        engine: "duckdb".into(),
+        kind,
+        message,
+    }
+}

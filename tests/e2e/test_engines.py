@@ -1,0 +1,163 @@
+"""Four engines, one answer: DataFusion, DuckDB (embedded), Trino and Spark (real servers) read the
+same Iceberg tables on a shared PostgreSQL catalog, each pinned to the snapshot lakegate resolved.
+
+Every conformance query runs through lakegate on each engine (`SET lakegate.engine`) and must
+return the same rows and column types as an independent reader (PyIceberg reads the snapshot,
+DuckDB's Python package computes the answer). Also: a table with position-delete files written
+by Spark, snapshot pinning across a commit, engine choice by startup option and Flight header,
+and an engine killed mid-run (clear error within seconds, the rest keeps serving).
+
+The servers start once for this module (scripts/pg-server.sh, trino-server.sh,
+spark-connect.sh) and are stopped by PID.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import os
+import signal
+import time
+
+import duckdb
+import psycopg
+import pyarrow as pa
+import pytest
+
+from conftest import start_gateway
+from engine_estate import CONFORMANCE, ENGINES, UTC, running_estate
+
+
+@pytest.fixture(scope="module")
+def estate():
+    # Cache off: every engine must compute its own answer. Bounded staleness of an hour: the
+    # pinning test commits and expects the earlier snapshot to keep answering.
+    with running_estate(start_gateway, '[cache]\nenabled = false\nmax_staleness = "1h"\n') as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def reader(estate):
+    """The independent reader: PyIceberg reads each table, DuckDB (Python) computes."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for name in ["typed", "customers", "with_deletes"]:
+        con.register(name, estate.catalog.load_table(f"public.{name}").scan().to_arrow())
+    return con
+
+
+def connect(estate, engine: str) -> psycopg.Connection:
+    return psycopg.connect(estate.gateway.dsn, autocommit=True,
+                           options=f"-c lakegate.engine={engine}")
+
+
+def normalise(rows):
+    def value(v):
+        if isinstance(v, float):
+            return None if math.isnan(v) else round(v, 6)
+        if isinstance(v, decimal.Decimal):
+            return v.normalize()
+        if isinstance(v, dt.datetime) and v.tzinfo is not None:
+            return v.astimezone(UTC)
+        return v
+    return [tuple(value(v) for v in row) for row in rows]
+
+
+def expected_rows(reader, sql: str, params):
+    duck_sql = sql.replace("%s", "?")
+    return normalise(reader.execute(duck_sql, list(params or [])).fetchall())
+
+
+@pytest.mark.parametrize("name,sql,params", CONFORMANCE, ids=[c[0] for c in CONFORMANCE])
+def test_every_engine_gives_the_independent_readers_answer(estate, reader, name, sql, params):
+    want = expected_rows(reader, sql, params)
+    assert want, f"{name}: the reference answer must not be empty"
+    types = {}
+    for engine in ENGINES:
+        with connect(estate, engine) as conn:
+            cur = conn.execute(sql, params)
+            got = normalise(cur.fetchall())
+            types[engine] = [d.type_code for d in cur.description]
+            answered = conn.execute(
+                "SELECT engine FROM lakegate.queries WHERE query NOT LIKE '%lakegate.queries%' "
+                "ORDER BY query_id DESC LIMIT 1").fetchone()[0]
+        assert answered == engine, f"{name}: asked for {engine}, {answered} answered"
+        assert got == want, f"{name} on {engine}"
+    assert all(t == types["datafusion"] for t in types.values()), f"{name}: types {types}"
+
+
+def test_a_query_pinned_to_an_earlier_snapshot_reads_it_on_every_engine(estate):
+    sql = "SELECT count(*), sum(v) FROM pinned"
+    for engine in ENGINES:
+        with connect(estate, engine) as conn:
+            assert conn.execute(sql).fetchone() == (3, 6), engine
+    # The writer commits; the gateway keeps the earlier snapshot (bounded staleness of 1 h).
+    table = estate.catalog.load_table("public.pinned")
+    first = table.current_snapshot().snapshot_id
+    table.append(pa.table({"v": pa.array([100], pa.int64())}))
+    assert len(estate.catalog.load_table("public.pinned").scan().to_arrow()) == 4
+    for engine in ENGINES:
+        with connect(estate, engine) as conn:
+            assert conn.execute(sql).fetchone() == (3, 6), f"{engine} read past its pin"
+            snapshots = conn.execute(
+                "SELECT snapshots FROM lakegate.queries WHERE query LIKE '%FROM pinned%' "
+                "ORDER BY query_id DESC LIMIT 1").fetchone()[0]
+            assert snapshots == f"public.pinned@{first}", snapshots
+
+
+def test_engine_is_chosen_by_set_show_reset(estate):
+    with psycopg.connect(estate.gateway.dsn, autocommit=True) as conn:
+        assert conn.execute("SHOW lakegate.engine").fetchone() == ("auto",)
+        conn.execute("SET lakegate.engine = 'duckdb'")
+        assert conn.execute("SHOW lakegate.engine").fetchone() == ("duckdb",)
+        conn.execute("SELECT count(*) FROM typed WHERE id < 5 AND 'set-show' = 'set-show'")
+        assert conn.execute(
+            "SELECT engine FROM lakegate.queries WHERE query LIKE '%set-show%' "
+            "AND query NOT LIKE '%lakegate.queries%' ORDER BY query_id DESC LIMIT 1"
+        ).fetchone() == ("duckdb",)
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as bad:
+            conn.execute("SET lakegate.engine = 'oracle'")
+        assert "datafusion" in str(bad.value)
+        conn.execute("RESET lakegate.engine")
+        assert conn.execute("SHOW lakegate.engine").fetchone() == ("auto",)
+
+
+def test_flight_sql_header_pins_an_engine(estate):
+    from adbc_driver_flightsql import DatabaseOptions, dbapi as flight
+    uri = f"grpc://127.0.0.1:{estate.gateway.flight_port}"
+    with flight.connect(uri, db_kwargs={
+            DatabaseOptions.RPC_CALL_HEADER_PREFIX.value + "x-lakegate-engine": "trino"}) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT count(*) AS n, 'flight-header' AS tag FROM typed")
+        assert cur.fetchone() == (500, "flight-header")
+        cur.execute("SELECT engine FROM lakegate.queries WHERE query LIKE '%flight-header%' "
+                    "AND query NOT LIKE '%lakegate.queries%' ORDER BY query_id DESC LIMIT 1")
+        assert cur.fetchone() == ("trino",)
+        cur.close()
+
+
+def test_engine_errors_keep_their_sqlstate(estate):
+    for engine in ENGINES:
+        with connect(estate, engine) as conn:
+            with pytest.raises(psycopg.errors.UndefinedColumn):
+                conn.execute("SELECT no_such_column FROM typed")
+            with pytest.raises(psycopg.errors.UndefinedTable):
+                conn.execute("SELECT * FROM no_such_table")
+
+
+@pytest.mark.parametrize("engine", ["trino", "spark"])
+def test_a_killed_engine_fails_fast_and_the_rest_keeps_serving(estate, engine):
+    pid = int((estate.root / engine / "pid").read_text().strip())
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    with connect(estate, engine) as conn:
+        started = time.monotonic()
+        with pytest.raises(psycopg.Error) as failed:
+            conn.execute("SELECT count(*) FROM typed")
+        elapsed = time.monotonic() - started
+    assert elapsed < 10, f"{engine} down took {elapsed:.1f}s to report"
+    assert failed.value.sqlstate == "58000", failed.value.sqlstate
+    assert engine in str(failed.value) and "unavailable" in str(failed.value)
+    for other in ["datafusion", "duckdb"]:
+        with connect(estate, other) as conn:
+            assert conn.execute("SELECT count(*) FROM typed").fetchone() == (500,)
