@@ -3,19 +3,15 @@
 //! so an answer is the same whichever engine computed it: DuckDB's `HUGEINT` sums, Spark's
 //! `double` divisions, Trino's `decimal(38, s)` averages are cast to the promised types.
 
-use std::sync::Arc;
-
 use arrow::array::ArrayRef;
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use datafusion::execution::SendableRecordBatchStream;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::StreamExt;
 
 use crate::error::{Error, Result};
 
-/// Casts `batch`'s columns, by position, to `schema`.
+/// Casts `batch`'s columns, by position, to `schema` (names and nullability included: a null
+/// where the planner proved none is an error, not a silent change of schema).
 ///
 /// # Errors
 /// A different column count, or a value that does not fit the promised type.
@@ -51,39 +47,14 @@ pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBa
         })
         .collect::<Result<Vec<ArrayRef>>>()?;
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    let relaxed = nullable_schema(schema);
-    RecordBatch::try_new_with_options(relaxed, columns, &options)
+    RecordBatch::try_new_with_options(schema.clone(), columns, &options)
         .map_err(|e| Error::Internal(e.to_string()))
-}
-
-/// `schema` with every column nullable. Nullability is the plan's promise, not a check: an
-/// engine may report a nullable column where DataFusion proved otherwise.
-pub fn nullable_schema(schema: &SchemaRef) -> SchemaRef {
-    Arc::new(arrow::datatypes::Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<_>>(),
-    ))
-}
-
-/// A stream whose batches are conformed to `schema` as they pass.
-pub fn conform_stream(
-    stream: SendableRecordBatchStream,
-    schema: SchemaRef,
-) -> SendableRecordBatchStream {
-    let relaxed = nullable_schema(&schema);
-    let mapped = stream.map(move |batch| {
-        let batch = batch?;
-        conform_batch(&batch, &schema).map_err(Error::into_datafusion)
-    });
-    Box::pin(RecordBatchStreamAdapter::new(relaxed, mapped))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use arrow::array::{Decimal128Array, Float64Array, Int64Array};
     use arrow::datatypes::{DataType, Field, Schema};
 

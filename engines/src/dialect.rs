@@ -458,9 +458,10 @@ pub fn literal(value: &ScalarValue, dialect: Dialect<'_>) -> Result<String> {
         ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => {
             quote_string(s, dialect)
         }
-        ScalarValue::Decimal128(Some(_), _, _) => {
-            typed(quote_string(&value.to_string(), dialect), &value.data_type())?
-        }
+        ScalarValue::Decimal128(Some(v), _, scale) => typed(
+            quote_string(&decimal_text(*v, *scale), dialect),
+            &value.data_type(),
+        )?,
         ScalarValue::Date32(Some(_)) => format!("DATE {}", quote_string(&value.to_string(), dialect)),
         ScalarValue::TimestampSecond(Some(_), tz)
         | ScalarValue::TimestampMillisecond(Some(_), tz)
@@ -496,6 +497,19 @@ pub fn literal(value: &ScalarValue, dialect: Dialect<'_>) -> Result<String> {
         }
         other => return Err(unsupported_param(&other.data_type())),
     })
+}
+
+/// `12345` at scale 2 → `123.45`.
+fn decimal_text(value: i128, scale: i8) -> String {
+    let digits = value.unsigned_abs().to_string();
+    let sign = if value < 0 { "-" } else { "" };
+    if scale <= 0 {
+        return format!("{sign}{digits}{}", "0".repeat(scale.unsigned_abs() as usize));
+    }
+    let scale = scale as usize;
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{sign}{int}.{frac}")
 }
 
 fn unsupported_param(t: &DataType) -> Error {
@@ -574,6 +588,14 @@ mod tests {
         let duck = render(&statement, Some(&params), &Pins::default(), "public", Dialect::DuckDb)
             .expect("renders");
         assert!(duck.contains("TIMESTAMPTZ '1970-01-01 00:00:00.000000+00'"), "{duck}");
+    }
+
+    #[test]
+    fn decimals_print_exactly() {
+        assert_eq!(decimal_text(12345, 2), "123.45");
+        assert_eq!(decimal_text(-5, 2), "-0.05");
+        assert_eq!(decimal_text(7, 0), "7");
+        assert_eq!(decimal_text(7, -2), "700");
     }
 
     #[test]

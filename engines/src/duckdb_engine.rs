@@ -177,7 +177,7 @@ impl Engine for DuckDbEngine {
             rx.recv().await.map(|b| (b, (rx, guard)))
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            crate::conform::nullable_schema(&schema),
+            schema.clone(),
             stream,
         )))
     }

@@ -418,7 +418,7 @@ impl Engine for SparkEngine {
             },
         );
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            crate::conform::nullable_schema(&schema),
+            schema.clone(),
             stream,
         )))
     }

@@ -184,7 +184,7 @@ impl Engine for TrinoEngine {
             }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            crate::conform::nullable_schema(&schema),
+            schema.clone(),
             stream,
         )))
     }

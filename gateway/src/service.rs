@@ -865,7 +865,8 @@ fn show_name(variable: &[datafusion::sql::sqlparser::ast::Ident]) -> String {
     match words.join(" ").as_str() {
         "transaction isolation level" => "transaction_isolation".into(),
         "time zone" => "timezone".into(),
-        other => other.to_string(),
+        // sqlparser splits a dotted name (`SHOW lakegate.engine`) into its parts.
+        _ => words.join("."),
     }
 }
 

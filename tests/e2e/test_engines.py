@@ -41,6 +41,8 @@ def reader(estate):
     """The independent reader: PyIceberg reads each table, DuckDB (Python) computes."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    # PostgreSQL's ordering: NULLs last ascending, first descending.
+    con.execute("SET default_null_order = 'nulls_last_on_asc_first_on_desc'")
     for name in ["typed", "customers", "with_deletes"]:
         con.register(name, estate.catalog.load_table(f"public.{name}").scan().to_arrow())
     return con
@@ -63,6 +65,15 @@ def normalise(rows):
     return [tuple(value(v) for v in row) for row in rows]
 
 
+def python_types(rows):
+    """The Python type of each column's non-null values (int, Decimal, float, str, datetime...)."""
+    out = []
+    for column in zip(*rows):
+        kinds = {type(v).__name__ for v in column if v is not None}
+        out.append(",".join(sorted(kinds)))
+    return out
+
+
 def expected_rows(reader, sql: str, params):
     duck_sql = sql.replace("%s", "?")
     return normalise(reader.execute(duck_sql, list(params or [])).fetchall())
@@ -83,6 +94,7 @@ def test_every_engine_gives_the_independent_readers_answer(estate, reader, name,
                 "ORDER BY query_id DESC LIMIT 1").fetchone()[0]
         assert answered == engine, f"{name}: asked for {engine}, {answered} answered"
         assert got == want, f"{name} on {engine}"
+        assert python_types(got) == python_types(want), f"{name} on {engine}: value types"
     assert all(t == types["datafusion"] for t in types.values()), f"{name}: types {types}"
 
 

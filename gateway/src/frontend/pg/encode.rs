@@ -36,12 +36,15 @@ pub(crate) fn format_options(session: &Session) -> Arc<FormatOptions> {
     Arc::new(options)
 }
 
-/// Arrow types the Postgres encoder has no mapping for, mapped to ones it has: Iceberg `uuid`
-/// (fixed 16 bytes) becomes its canonical text form, other fixed-size binaries become `bytea`.
+/// Arrow types PostgreSQL has no (or another) type for, mapped to what PostgreSQL would send:
+/// Iceberg `uuid` (fixed 16 bytes) becomes its canonical text form, other fixed-size binaries
+/// `bytea`; UInt64 (`rank()`, `row_number()` in DataFusion; bigint in PostgreSQL, numeric in
+/// arrow-pg's mapping) becomes bigint (a value beyond bigint is an error, not a wrap).
 fn wire_type(data_type: &DataType) -> Option<DataType> {
     match data_type {
         DataType::FixedSizeBinary(16) => Some(DataType::Utf8),
         DataType::FixedSizeBinary(_) => Some(DataType::Binary),
+        DataType::UInt64 => Some(DataType::Int64),
         _ => None,
     }
 }
@@ -88,8 +91,17 @@ fn to_wire(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowE
                     .collect();
                 Arc::new(text)
             }
-            DataType::FixedSizeBinary(_) => arrow::compute::cast(column, &DataType::Binary)?,
-            _ => column.clone(),
+            other => match wire_type(other) {
+                Some(t) => arrow::compute::cast_with_options(
+                    column,
+                    &t,
+                    &arrow::compute::CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    },
+                )?,
+                None => column.clone(),
+            },
         });
     }
     RecordBatch::try_new(schema.clone(), columns)
