@@ -54,9 +54,9 @@ pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use arrow::array::{Decimal128Array, Float64Array, Int64Array};
     use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
 
     #[test]
     fn casts_by_position_and_renames() {
@@ -66,7 +66,11 @@ mod tests {
                 Field::new("_c1", DataType::Float64, true),
             ])),
             vec![
-                Arc::new(Decimal128Array::from(vec![Some(42)]).with_precision_and_scale(38, 0).expect("valid")),
+                Arc::new(
+                    Decimal128Array::from(vec![Some(42)])
+                        .with_precision_and_scale(38, 0)
+                        .expect("valid"),
+                ),
                 Arc::new(Float64Array::from(vec![Some(3.0)])),
             ],
         )
@@ -77,7 +81,11 @@ mod tests {
         ]));
         let out = conform_batch(&engine, &promised).expect("conforms");
         assert_eq!(out.schema().field(0).name(), "sum");
-        let sums = out.column(0).as_any().downcast_ref::<Int64Array>().expect("int64");
+        let sums = out
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("int64");
         assert_eq!(sums.value(0), 42);
     }
 

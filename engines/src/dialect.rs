@@ -212,8 +212,7 @@ impl VisitorMut for Rewriter<'_> {
             Expr::Cast {
                 kind, data_type, ..
             } => {
-                if matches!(self.dialect, Dialect::Trino { .. }) && *kind == CastKind::DoubleColon
-                {
+                if matches!(self.dialect, Dialect::Trino { .. }) && *kind == CastKind::DoubleColon {
                     *kind = CastKind::Cast;
                 }
                 if let Some(name) = type_name(data_type, self.dialect) {
@@ -350,9 +349,7 @@ fn type_name(t: &ast::DataType, dialect: Dialect<'_>) -> Option<String> {
     let trino = matches!(dialect, Dialect::Trino { .. });
     let spark = matches!(dialect, Dialect::Spark { .. });
     let name = match t {
-        T::Text | T::String(None) | T::Varchar(None) | T::CharacterVarying(None)
-            if trino =>
-        {
+        T::Text | T::String(None) | T::Varchar(None) | T::CharacterVarying(None) if trino => {
             "VARCHAR"
         }
         T::Text | T::Varchar(_) | T::CharacterVarying(_) if spark => "STRING",
@@ -453,16 +450,22 @@ pub fn literal(value: &ScalarValue, dialect: Dialect<'_>) -> Result<String> {
         ScalarValue::Int64(Some(_)) | ScalarValue::UInt32(Some(_)) => {
             typed(value.to_string(), &DataType::Int64)?
         }
-        ScalarValue::Float32(Some(v)) => typed(quote_string(&v.to_string(), dialect), &value.data_type())?,
-        ScalarValue::Float64(Some(v)) => typed(quote_string(&v.to_string(), dialect), &value.data_type())?,
-        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => {
-            quote_string(s, dialect)
+        ScalarValue::Float32(Some(v)) => {
+            typed(quote_string(&v.to_string(), dialect), &value.data_type())?
         }
+        ScalarValue::Float64(Some(v)) => {
+            typed(quote_string(&v.to_string(), dialect), &value.data_type())?
+        }
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => quote_string(s, dialect),
         ScalarValue::Decimal128(Some(v), _, scale) => typed(
             quote_string(&decimal_text(*v, *scale), dialect),
             &value.data_type(),
         )?,
-        ScalarValue::Date32(Some(_)) => format!("DATE {}", quote_string(&value.to_string(), dialect)),
+        ScalarValue::Date32(Some(_)) => {
+            format!("DATE {}", quote_string(&value.to_string(), dialect))
+        }
         ScalarValue::TimestampSecond(Some(_), tz)
         | ScalarValue::TimestampMillisecond(Some(_), tz)
         | ScalarValue::TimestampMicrosecond(Some(_), tz)
@@ -488,7 +491,9 @@ pub fn literal(value: &ScalarValue, dialect: Dialect<'_>) -> Result<String> {
                 (true, Dialect::Spark { .. }) => format!("TIMESTAMP '{at}+00:00'"),
             }
         }
-        ScalarValue::Binary(Some(b)) | ScalarValue::LargeBinary(Some(b)) | ScalarValue::BinaryView(Some(b)) => {
+        ScalarValue::Binary(Some(b))
+        | ScalarValue::LargeBinary(Some(b))
+        | ScalarValue::BinaryView(Some(b)) => {
             let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
             match dialect {
                 Dialect::DuckDb => format!("from_hex('{hex}')"),
@@ -504,7 +509,10 @@ fn decimal_text(value: i128, scale: i8) -> String {
     let digits = value.unsigned_abs().to_string();
     let sign = if value < 0 { "-" } else { "" };
     if scale <= 0 {
-        return format!("{sign}{digits}{}", "0".repeat(scale.unsigned_abs() as usize));
+        return format!(
+            "{sign}{digits}{}",
+            "0".repeat(scale.unsigned_abs() as usize)
+        );
     }
     let scale = scale as usize;
     let padded = format!("{digits:0>width$}", width = scale + 1);
@@ -585,9 +593,18 @@ mod tests {
             "SELECT CAST(7 AS BIGINT), 'it''s', CAST('123.45' AS DECIMAL(10,2)), \
              TIMESTAMP '1970-01-01 00:00:00.000000 UTC', CAST(NULL AS VARCHAR)"
         );
-        let duck = render(&statement, Some(&params), &Pins::default(), "public", Dialect::DuckDb)
-            .expect("renders");
-        assert!(duck.contains("TIMESTAMPTZ '1970-01-01 00:00:00.000000+00'"), "{duck}");
+        let duck = render(
+            &statement,
+            Some(&params),
+            &Pins::default(),
+            "public",
+            Dialect::DuckDb,
+        )
+        .expect("renders");
+        assert!(
+            duck.contains("TIMESTAMPTZ '1970-01-01 00:00:00.000000+00'"),
+            "{duck}"
+        );
     }
 
     #[test]
@@ -601,6 +618,15 @@ mod tests {
     #[test]
     fn marker_prefix_in_input_is_refused() {
         let statement = parse("SELECT __lakegate_splice_0 FROM x");
-        assert!(render(&statement, None, &Pins::default(), "public", Dialect::DuckDb).is_err());
+        assert!(
+            render(
+                &statement,
+                None,
+                &Pins::default(),
+                "public",
+                Dialect::DuckDb
+            )
+            .is_err()
+        );
     }
 }

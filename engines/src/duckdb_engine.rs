@@ -109,7 +109,6 @@ impl DuckDbEngine {
             .try_clone()
             .map_err(|e| duck_error(&e))
     }
-
 }
 
 /// Where a DuckDB extension binary lives under `dir`.
@@ -138,9 +137,10 @@ impl Engine for DuckDbEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let schema = request.promised.clone().ok_or_else(|| {
-            Error::Internal("duckdb needs the planner's schema to answer".into())
-        })?;
+        let schema = request
+            .promised
+            .cloned()
+            .ok_or_else(|| Error::Internal("duckdb needs the planner's schema to answer".into()))?;
         let sql = render(
             request.statement,
             request.params,
@@ -184,12 +184,11 @@ impl Engine for DuckDbEngine {
 
     async fn health(&self) -> Result<()> {
         let conn = self.connection()?;
-        let conn = tokio::task::spawn_blocking(move || {
-            conn.execute_batch("SELECT 1").map(|_| conn)
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(|e| duck_error(&e))?;
+        let conn =
+            tokio::task::spawn_blocking(move || conn.execute_batch("SELECT 1").map(|_| conn))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?
+                .map_err(|e| duck_error(&e))?;
         give_back(&self.idle, conn);
         Ok(())
     }
@@ -201,7 +200,6 @@ fn give_back(idle: &Mutex<Vec<Connection>>, conn: Connection) {
         idle.push(conn);
     }
 }
-
 
 fn run_blocking(
     conn: &Connection,

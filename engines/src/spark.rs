@@ -258,7 +258,10 @@ fn spark_kind(message: &str) -> ErrorKind {
         "TABLE_OR_VIEW_NOT_FOUND" | "SCHEMA_NOT_FOUND" => ErrorKind::UndefinedTable,
         "UNRESOLVED_ROUTINE" => ErrorKind::UndefinedFunction,
         "DATATYPE_MISMATCH" => ErrorKind::DatatypeMismatch,
-        "DIVIDE_BY_ZERO" | "CAST_INVALID_INPUT" | "ARITHMETIC_OVERFLOW" | "CAST_OVERFLOW"
+        "DIVIDE_BY_ZERO"
+        | "CAST_INVALID_INPUT"
+        | "ARITHMETIC_OVERFLOW"
+        | "CAST_OVERFLOW"
         | "NUMERIC_VALUE_OUT_OF_RANGE" => ErrorKind::DataException,
         "UNSUPPORTED_FEATURE" => ErrorKind::Unsupported,
         "OPERATION_CANCELED" => ErrorKind::Canceled,
@@ -329,9 +332,10 @@ impl Engine for SparkEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let schema = request.promised.cloned().ok_or_else(|| {
-            Error::Internal("spark needs the planner's schema to answer".into())
-        })?;
+        let schema = request
+            .promised
+            .cloned()
+            .ok_or_else(|| Error::Internal("spark needs the planner's schema to answer".into()))?;
         let sql = render(
             request.statement,
             request.params,
@@ -359,13 +363,20 @@ impl Engine for SparkEngine {
         };
         let unavailable_url = self.options.url.clone();
         let stream = futures::stream::unfold(
-            (responses, operation, first, Vec::<RecordBatch>::new(), schema.clone()),
+            (
+                responses,
+                operation,
+                first,
+                Vec::<RecordBatch>::new(),
+                schema.clone(),
+            ),
             move |(mut responses, mut operation, mut first, mut pending, schema)| {
                 let url = unavailable_url.clone();
                 async move {
                     loop {
                         if let Some(batch) = pending.pop() {
-                            let out = conform_batch(&batch, &schema).map_err(Error::into_datafusion);
+                            let out =
+                                conform_batch(&batch, &schema).map_err(Error::into_datafusion);
                             return Some((out, (responses, operation, first, pending, schema)));
                         }
                         let response = match first.take() {
@@ -429,7 +440,6 @@ impl Engine for SparkEngine {
             .map_err(|_| self.unavailable("no answer to SELECT 1 within 5 s"))?
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -117,9 +117,10 @@ impl Engine for TrinoEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let schema = request.promised.cloned().ok_or_else(|| {
-            Error::Internal("trino needs the planner's schema to answer".into())
-        })?;
+        let schema = request
+            .promised
+            .cloned()
+            .ok_or_else(|| Error::Internal("trino needs the planner's schema to answer".into()))?;
         let sql = render(
             request.statement,
             request.params,
@@ -192,7 +193,10 @@ impl Engine for TrinoEngine {
     async fn health(&self) -> Result<()> {
         let info: Json = self
             .http
-            .get(format!("{}/v1/info", self.options.url.trim_end_matches('/')))
+            .get(format!(
+                "{}/v1/info",
+                self.options.url.trim_end_matches('/')
+            ))
             .timeout(Duration::from_secs(3))
             .send()
             .await
@@ -227,7 +231,6 @@ impl Drop for Cursor {
         }
     }
 }
-
 
 /// Turns Trino's JSON rows into Arrow batches of the promised types.
 struct RowDecoder {
@@ -317,7 +320,9 @@ fn trino_error(e: &TrinoError) -> Error {
         "TABLE_NOT_FOUND" | "SCHEMA_NOT_FOUND" | "CATALOG_NOT_FOUND" => ErrorKind::UndefinedTable,
         "FUNCTION_NOT_FOUND" => ErrorKind::UndefinedFunction,
         "TYPE_MISMATCH" | "FUNCTION_IMPLEMENTATION_MISSING" => ErrorKind::DatatypeMismatch,
-        "DIVISION_BY_ZERO" | "NUMERIC_VALUE_OUT_OF_RANGE" | "INVALID_CAST_ARGUMENT"
+        "DIVISION_BY_ZERO"
+        | "NUMERIC_VALUE_OUT_OF_RANGE"
+        | "INVALID_CAST_ARGUMENT"
         | "INVALID_FUNCTION_ARGUMENT" => ErrorKind::DataException,
         "NOT_SUPPORTED" => ErrorKind::Unsupported,
         "USER_CANCELED" | "ADMINISTRATIVELY_KILLED" => ErrorKind::Canceled,
@@ -334,7 +339,9 @@ fn trino_error(e: &TrinoError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Array, Decimal128Array, Int64Array, StringArray, TimestampMicrosecondArray};
+    use arrow::array::{
+        Array, Decimal128Array, Int64Array, StringArray, TimestampMicrosecondArray,
+    };
     use arrow::datatypes::TimeUnit;
     use serde_json::json;
 
@@ -351,19 +358,40 @@ mod tests {
             ),
         ]));
         let rows = vec![
-            vec![json!(1), json!("12.50"), json!("é"), json!("2024-01-02 03:04:05.000006 UTC")],
+            vec![
+                json!(1),
+                json!("12.50"),
+                json!("é"),
+                json!("2024-01-02 03:04:05.000006 UTC"),
+            ],
             vec![json!(2), Json::Null, Json::Null, Json::Null],
         ];
         let batch = RowDecoder::new(&promised).decode(&rows).expect("decodes");
         assert_eq!(batch.schema().field(0).name(), "id");
-        let ids = batch.column(0).as_any().downcast_ref::<Int64Array>().expect("ids");
+        let ids = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("ids");
         assert_eq!(ids.values(), &[1, 2]);
-        let amounts = batch.column(1).as_any().downcast_ref::<Decimal128Array>().expect("dec");
+        let amounts = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<Decimal128Array>()
+            .expect("dec");
         assert_eq!(amounts.value(0), 1250);
         assert!(amounts.is_null(1));
-        let names = batch.column(2).as_any().downcast_ref::<StringArray>().expect("str");
+        let names = batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .expect("str");
         assert_eq!(names.value(0), "é");
-        let ts = batch.column(3).as_any().downcast_ref::<TimestampMicrosecondArray>().expect("ts");
+        let ts = batch
+            .column(3)
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .expect("ts");
         assert_eq!(ts.value(0), 1_704_164_645_000_006);
     }
 

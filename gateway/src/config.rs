@@ -90,7 +90,8 @@ impl DuckDbConfig {
         {
             return dir.into();
         }
-        std::path::PathBuf::from(".cache/duckdb").join(lakegate_engines::duckdb_engine::DUCKDB_VERSION)
+        std::path::PathBuf::from(".cache/duckdb")
+            .join(lakegate_engines::duckdb_engine::DUCKDB_VERSION)
     }
 }
 
@@ -348,8 +349,11 @@ impl Config {
                 ),
             ));
         }
-        for (setting, url) in [("trino.url", &self.trino.url), ("spark.url", &self.spark.url)] {
-            if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+        for (setting, url) in [
+            ("trino.url", &self.trino.url),
+            ("spark.url", &self.spark.url),
+        ] {
+            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(bad(
                     setting,
                     format!("`{url}` must be an http:// or https:// URL"),

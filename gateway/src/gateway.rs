@@ -114,14 +114,16 @@ async fn build_engines(config: &Config, planner: Arc<DataFusionEngine>) -> Resul
         })?;
         engines.all.push(Arc::new(spark));
     }
-    engines.get(&config.engines.default).map_err(|_| Error::Config {
-        setting: "engines.default".into(),
-        reason: format!(
-            "`{}` is not configured here (configured: {})",
-            config.engines.default,
-            engines.names().join(", ")
-        ),
-    })?;
+    engines
+        .get(&config.engines.default)
+        .map_err(|_| Error::Config {
+            setting: "engines.default".into(),
+            reason: format!(
+                "`{}` is not configured here (configured: {})",
+                config.engines.default,
+                engines.names().join(", ")
+            ),
+        })?;
     engines.default = config.engines.default.clone();
     Ok(engines)
 }

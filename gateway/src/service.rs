@@ -174,14 +174,17 @@ impl GatewayService {
     async fn engines_batch(&self) -> RecordBatch {
         let checks = self.engines.all.iter().map(|e| async move {
             let started = std::time::Instant::now();
-            let outcome =
-                tokio::time::timeout(std::time::Duration::from_secs(5), e.health()).await;
+            let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), e.health()).await;
             let error = match outcome {
                 Ok(Ok(())) => None,
                 Ok(Err(err)) => Some(err.to_string()),
                 Err(_) => Some("no answer within 5 s".to_string()),
             };
-            (e.name().to_string(), error, started.elapsed().as_secs_f64() * 1000.0)
+            (
+                e.name().to_string(),
+                error,
+                started.elapsed().as_secs_f64() * 1000.0,
+            )
         });
         let results = futures::future::join_all(checks).await;
         let schema = Arc::new(Schema::new(vec![
@@ -192,7 +195,9 @@ impl GatewayService {
             Field::new("error", DataType::Utf8, true),
         ]));
         let columns: Vec<arrow::array::ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(results.iter().map(|r| r.0.as_str()))),
+            Arc::new(StringArray::from_iter_values(
+                results.iter().map(|r| r.0.as_str()),
+            )),
             Arc::new(arrow::array::BooleanArray::from_iter(
                 results.iter().map(|r| Some(r.1.is_none())),
             )),

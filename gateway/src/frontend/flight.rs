@@ -273,9 +273,7 @@ impl FlightSqlFrontend {
             let engine = engine
                 .to_str()
                 .map_err(|_| Status::invalid_argument(format!("{ENGINE_HEADER} must be text")))?;
-            session
-                .set("lakegate.engine", engine)
-                .map_err(|e| status(e))?;
+            session.set("lakegate.engine", engine).map_err(status)?;
         }
         Ok(session)
     }
@@ -622,7 +620,8 @@ impl FlightSqlService for FlightSqlFrontend {
                 .ok_or_else(|| Status::not_found("unknown prepared statement"))?;
             (entry.statement.clone(), entry.params.clone())
         };
-        self.run(&statement, params.as_ref(), request.metadata()).await
+        self.run(&statement, params.as_ref(), request.metadata())
+            .await
     }
 
     async fn do_action_close_prepared_statement(
