@@ -36,6 +36,8 @@ pub enum ErrorKind {
     CantChangeSetting,
     /// A catalog, storage or engine that is needed cannot be reached.
     Unavailable,
+    /// A routing group's slots and queue are full (SQLSTATE 53300).
+    TooManyQueries,
     /// A failure inside lakegate or an engine that the client cannot fix.
     Internal,
 }

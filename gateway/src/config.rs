@@ -33,6 +33,17 @@ pub struct Config {
     pub trino: TrinoConfig,
     /// A Spark Connect server.
     pub spark: SparkConfig,
+    /// Routing groups and rules.
+    pub routing: RoutingConfig,
+}
+
+/// `[routing]`: where the routing groups and rules are.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingConfig {
+    /// Folder of `*.toml` rules files (see `routing-rules/`); empty: one group, `default`,
+    /// with every configured engine (the default engine first).
+    pub rules_dir: String,
 }
 
 /// `[engines]`: choices across engines.
@@ -234,6 +245,8 @@ pub struct Overrides {
     pub spark_url: Option<String>,
     /// `--engine` (the default engine)
     pub engine: Option<String>,
+    /// `--rules-dir`
+    pub rules_dir: Option<String>,
 }
 
 impl Config {
@@ -294,6 +307,9 @@ impl Config {
         }
         if let Some(v) = &o.engine {
             self.engines.default = v.clone();
+        }
+        if let Some(v) = &o.rules_dir {
+            self.routing.rules_dir = v.clone();
         }
     }
 

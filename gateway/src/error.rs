@@ -94,6 +94,25 @@ pub enum Error {
         /// The engines that are configured.
         available: String,
     },
+    /// A routing group refused a query: its slots are taken and its queue is full, or the
+    /// wait ran out.
+    #[error("too many queries in routing group \"{group}\" ({max_concurrent} running): {why}")]
+    TooManyQueries {
+        /// The group.
+        group: String,
+        /// Its concurrency.
+        max_concurrent: usize,
+        /// Full queue or timeout.
+        why: String,
+    },
+    /// `SET lakegate.group` (or the startup option / header) named a group that cannot be used.
+    #[error("routing group \"{name}\" cannot be used: {why}")]
+    GroupNotAllowed {
+        /// The group asked for.
+        name: String,
+        /// Why not.
+        why: String,
+    },
     /// A `lakegate.<name>` table that does not exist.
     #[error("relation \"lakegate.{name}\" does not exist")]
     UnknownSystemTable {
@@ -123,7 +142,10 @@ impl Error {
             Self::Engine(e) => e.kind(),
             Self::Shared(e) => e.kind(),
             Self::UnknownSystemTable { .. } => ErrorKind::UndefinedTable,
-            Self::EngineNotConfigured { .. } => ErrorKind::InvalidParameter,
+            Self::EngineNotConfigured { .. } | Self::GroupNotAllowed { .. } => {
+                ErrorKind::InvalidParameter
+            }
+            Self::TooManyQueries { .. } => ErrorKind::TooManyQueries,
         }
     }
 }

@@ -15,6 +15,8 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::frontend::flight::{FlightServer, FlightSqlFrontend};
 use crate::frontend::pg::{PgHandlers, PgServer};
+use crate::history::QueryHistory;
+use crate::routing::Router;
 use crate::service::{Engines, GatewayService};
 
 /// Connects to the lake and builds the engine and the query service every frontend shares.
@@ -48,10 +50,21 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
     )?);
     let engines = build_engines(config, planner).await?;
     info!(engines = ?engines.names(), default = %engines.default, "engines");
+    let rules_dir = (!config.routing.rules_dir.is_empty())
+        .then(|| std::path::PathBuf::from(&config.routing.rules_dir));
+    let router = Arc::new(Router::new(
+        rules_dir.as_deref(),
+        &engines.names(),
+        &engines.default,
+    )?);
+    router.spawn_reload();
+    let history = Arc::new(QueryHistory::new(10_000));
     Ok(Arc::new(GatewayService::new(
         lake,
         engines,
         config.cache.clone(),
+        router,
+        history,
     )))
 }
 

@@ -35,6 +35,10 @@ pub struct QueryRecord {
     pub cache: &'static str,
     /// The engine that computed it (empty on a cache hit).
     pub engine: String,
+    /// Its shape (`point_lookup`, `aggregate`, ...).
+    pub shape: &'static str,
+    /// The routing group it ran in.
+    pub group: String,
     /// Rows returned (so far, if it was abandoned).
     pub rows: u64,
     /// Wall time until the last row (or the error).
@@ -82,6 +86,8 @@ impl QueryHistory {
                 snapshots: String::new(),
                 cache: "off",
                 engine: String::new(),
+                shape: "",
+                group: String::new(),
                 rows: 0,
                 millis: 0.0,
                 error: None,
@@ -129,6 +135,12 @@ impl QueryHistory {
             Arc::new(StringArray::from_iter_values(
                 entries.iter().map(|e| e.engine.as_str()),
             )),
+            Arc::new(StringArray::from_iter_values(
+                entries.iter().map(|e| e.shape),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                entries.iter().map(|e| e.group.as_str()),
+            )),
             Arc::new(Int64Array::from_iter_values(
                 entries.iter().map(|e| e.rows as i64),
             )),
@@ -156,6 +168,8 @@ impl QueryHistory {
             Field::new("snapshots", DataType::Utf8, false),
             Field::new("cache", DataType::Utf8, false),
             Field::new("engine", DataType::Utf8, false),
+            Field::new("shape", DataType::Utf8, false),
+            Field::new("routing_group", DataType::Utf8, false),
             Field::new("rows", DataType::Int64, false),
             Field::new("duration_ms", DataType::Float64, false),
             Field::new("error", DataType::Utf8, true),

@@ -5,8 +5,10 @@
 //!     1. parse      sqlparser, PostgreSQL dialect (+ rewrites for what BI tools send)
 //!     2. classify   query / session / transaction / cursor / refused write
 //!     3. resolve    each lake table → its current metadata location (the version token)
+//!     3b. profile   shape, tables, columns, limit, estimated scan bytes (profile.rs)
+//!     3c. route     rules pick the routing group; observed latency orders its engines (routing/)
 //!     4. cache      key = statement + params + settings + every table's metadata location
-//!     5. execute    embedded DataFusion over the pinned snapshots → Arrow batches
+//!     5. execute    in the group's slots, on the first engine that answers (failover)
 //! ◀── rows encoded per column format (text or binary), streamed batch by batch
 //! ```
 //!
@@ -17,6 +19,8 @@
 //! - [`service`]: the protocol-neutral query pipeline.
 //! - [`cache`]: the result cache keyed by the snapshots a result read.
 //! - [`classify`]: statement kinds and the tables a statement reads.
+//! - [`profile`]: the query profile (shape, columns, scan estimate) the router decides on.
+//! - [`routing`]: routing groups and rules, latency statistics, admission.
 //! - [`history`]: the bounded query history (`lakegate.queries`).
 //! - [`output_names`]: PostgreSQL's names for result columns.
 //! - [`session`]: per-connection settings and cursors.
@@ -33,6 +37,8 @@ pub mod frontend;
 pub mod gateway;
 pub mod history;
 pub mod output_names;
+pub mod profile;
+pub mod routing;
 pub mod service;
 pub mod session;
 

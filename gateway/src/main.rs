@@ -84,6 +84,9 @@ struct Flags {
     /// The engine for queries no session pinned: datafusion, duckdb, trino or spark.
     #[arg(long)]
     engine: Option<String>,
+    /// Folder of routing rules (*.toml), e.g. routing-rules.
+    #[arg(long)]
+    rules_dir: Option<String>,
 }
 
 impl Flags {
@@ -97,6 +100,7 @@ impl Flags {
             trino_url: self.trino_url.clone(),
             spark_url: self.spark_url.clone(),
             engine: self.engine.clone(),
+            rules_dir: self.rules_dir.clone(),
         }
     }
 }

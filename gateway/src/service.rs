@@ -8,6 +8,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ParamValues;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::{
     CloseCursor, Expr, FetchDirection, Reset, Set, Statement, Value,
 };
@@ -17,13 +18,17 @@ use lakegate_engines::datafusion_engine::DataFusionEngine;
 use lakegate_engines::engine::Described;
 use lakegate_engines::{Engine, EngineRef, EngineRequest, Lake, Pins, Settings};
 use sync_wrapper::SyncWrapper;
-use tracing::{debug, instrument};
+use tracing::{debug, instrument, warn};
 
 use crate::cache::{CacheConfig, CachedResult, ResultCache, Uncached};
 use crate::classify::{self, StatementKind};
 use crate::error::{Error, Result};
 use crate::history::{PendingQuery, QueryHistory};
 use crate::output_names;
+use crate::profile::{QueryProfile, Shape};
+use crate::routing::admission::Slot;
+use crate::routing::rules::Asker;
+use crate::routing::{Decision, Router};
 use crate::session::{Cursor, Session};
 
 /// What a statement produced.
@@ -129,19 +134,50 @@ pub struct GatewayService {
     /// query (every pgbench/JDBC execution) skips planning.
     described: moka::future::Cache<u64, Described>,
     history: Arc<QueryHistory>,
+    router: Arc<Router>,
+}
+
+/// A query's route: its versions, profile, the router's decision and the engines to try.
+struct Routed {
+    resolved: Resolved,
+    profile: QueryProfile,
+    decision: Decision,
+    /// Engines in the order to try them.
+    engines: Vec<EngineRef>,
+    /// Why this list: `routed`, `pinned` (lakegate.engine) or `planner` (catalog/constants).
+    how: &'static str,
+}
+
+impl Routed {
+    fn bytes(&self) -> u64 {
+        self.profile.scan_bytes.unwrap_or(0)
+    }
 }
 
 impl GatewayService {
-    /// A service over `lake`, executing on `engines`, caching results per `cache`.
-    pub fn new(lake: Arc<Lake>, engines: Engines, cache: CacheConfig) -> Self {
+    /// A service over `lake`, executing on `engines` as `router` decides, caching results per
+    /// `cache`.
+    pub fn new(
+        lake: Arc<Lake>,
+        engines: Engines,
+        cache: CacheConfig,
+        router: Arc<Router>,
+        history: Arc<QueryHistory>,
+    ) -> Self {
         Self {
             lake,
             engines,
             parser: PostgresCompatibilityParser::new(),
             cache: ResultCache::new(cache),
             described: moka::future::Cache::new(10_000),
-            history: Arc::new(QueryHistory::new(10_000)),
+            history,
+            router,
         }
+    }
+
+    /// The router.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
     }
 
     /// The engines.
@@ -246,9 +282,25 @@ impl GatewayService {
     /// the system tables it reads.
     async fn resolve(&self, statement: &Statement, settings: &Settings) -> Result<Resolved> {
         let refs = classify::references(statement, settings.default_schema())?;
+        self.resolve_refs(&refs, std::time::Duration::ZERO).await
+    }
+
+    /// Resolves `refs`, reusing versions younger than `max_staleness` (zero: the lake's
+    /// configured staleness).
+    async fn resolve_refs(
+        &self,
+        refs: &classify::References,
+        max_staleness: std::time::Duration,
+    ) -> Result<Resolved> {
         let mut pins = Pins::default();
         for (schema, table) in &refs.lake {
-            let resolved = self.lake.resolve(schema, table).await?;
+            let resolved = if max_staleness.is_zero() {
+                self.lake.resolve(schema, table).await?
+            } else {
+                self.lake
+                    .resolve_within(schema, table, max_staleness)
+                    .await?
+            };
             pins.insert(schema, table, resolved);
         }
         Ok(Resolved {
@@ -290,15 +342,153 @@ impl GatewayService {
         Ok(described)
     }
 
-    /// The engine that answers a statement: the planner for anything that reads no lake table
-    /// or reads the catalog / `lakegate.*` tables; else the session's pinned engine, or the
-    /// default.
-    fn choose_engine(&self, resolved: &Resolved, session: &Session) -> Result<EngineRef> {
-        if resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty() {
-            return Ok(self.engines.planner.clone());
+    /// Profiles a query, lets the router pick its group, resolves its tables (within the
+    /// group's staleness) and orders the engines to try: the planner alone for statements that
+    /// read no lake table or read the catalog / `lakegate.*`; the session's pinned engine; else
+    /// the group's candidates by expected latency.
+    async fn route(
+        &self,
+        statement: &Statement,
+        settings: &Settings,
+        session: &Session,
+    ) -> Result<Routed> {
+        let refs = classify::references(statement, settings.default_schema())?;
+        let mut profile = QueryProfile::of(statement, &StatementKind::Query, &refs);
+        // Rules see the size of the versions last resolved (no catalog round trip yet).
+        profile.scan_bytes = Some(
+            refs.lake
+                .iter()
+                .filter_map(|(s, t)| self.lake.peek(s, t))
+                .map(|t| scan_estimate(&t))
+                .sum(),
+        );
+        let asker = Asker {
+            user: session.user(),
+            application: session.application_name(),
+            tag: session.tag(),
+        };
+        let mut decision = self
+            .router
+            .decide(&asker, &profile, session.pinned_group())?;
+        let resolved = self
+            .resolve_refs(&refs, decision.group.max_staleness)
+            .await?;
+        profile.scan_bytes = Some(resolved.pins.iter().map(|(_, t)| scan_estimate(t)).sum());
+        let (candidates, explored) = self.router.order(
+            &decision.group,
+            profile.shape,
+            profile.scan_bytes.unwrap_or(0),
+        );
+        decision.candidates = candidates;
+        decision.explored = explored;
+        let planner_only =
+            resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty();
+        let (engines, how) = if planner_only {
+            (vec![self.engines.planner.clone() as EngineRef], "planner")
+        } else if let Some(name) = session.pinned_engine() {
+            (vec![self.engines.get(name)?.clone()], "pinned")
+        } else {
+            let engines = decision
+                .candidates
+                .iter()
+                .filter_map(|c| self.engines.get(&c.engine).ok().cloned())
+                .collect();
+            (engines, "routed")
+        };
+        Ok(Routed {
+            resolved,
+            profile,
+            decision,
+            engines,
+            how,
+        })
+    }
+
+    /// Runs a routed query: in the group's slots (lake queries), on the first engine that
+    /// answers; an engine that fails for its own reasons (unreachable, internal) before the
+    /// first batch is recorded and the next candidate tried. Returns the stream and the engine.
+    async fn execute_routed(
+        &self,
+        routed: &Routed,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        settings: &Settings,
+        names: Option<&[String]>,
+    ) -> Result<(SendableRecordBatchStream, String)> {
+        let slot = if routed.how == "planner" {
+            None
+        } else {
+            Some(
+                self.router
+                    .admission(&routed.decision.group)
+                    .enter()
+                    .await?,
+            )
+        };
+        let shape = routed.profile.shape;
+        let bytes = routed.bytes();
+        let mut promised: Option<SchemaRef> = None;
+        let mut last: Option<Error> = None;
+        let count = routed.engines.len();
+        for (i, engine) in routed.engines.iter().enumerate() {
+            let name = engine.name().to_string();
+            let is_planner = Arc::ptr_eq(engine, &(self.engines.planner.clone() as EngineRef));
+            if routed.how == "routed" && i + 1 < count && !self.router.stats.admit(&name) {
+                debug!(engine = %name, "breaker open: skipped");
+                continue;
+            }
+            if !is_planner && promised.is_none() {
+                promised = Some(
+                    self.plan_description(statement, &routed.resolved, settings)
+                        .await?
+                        .schema,
+                );
+            }
+            let request = EngineRequest {
+                statement,
+                params,
+                pins: &routed.resolved.pins,
+                settings,
+                system_tables: &routed.resolved.system_tables,
+                promised: if is_planner { None } else { promised.as_ref() },
+            };
+            let started = std::time::Instant::now();
+            let outcome = match execute_on(engine, request, names).await {
+                Ok(stream) => first_batch(stream).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(stream) => {
+                    let tracked = track(
+                        stream,
+                        self.router.clone(),
+                        name.clone(),
+                        shape,
+                        bytes,
+                        started,
+                        slot,
+                    );
+                    return Ok((tracked, name));
+                }
+                Err(e) if engine_fault(&e) => {
+                    self.router.record(&name, shape, bytes, None);
+                    if routed.how == "routed" && i + 1 < count {
+                        warn!(engine = %name, error = %e, "engine failed before answering: failing over");
+                    }
+                    last = Some(e);
+                    if routed.how != "routed" {
+                        break;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
-        let name = session.pinned_engine().unwrap_or(&self.engines.default);
-        self.engines.get(name).cloned()
+        Err(last.unwrap_or_else(|| {
+            Error::Engine(lakegate_engines::Error::EngineUnavailable {
+                engine: routed.decision.group.name.clone(),
+                reason: "no engine of the group could take the query".into(),
+            })
+        }))
     }
 
     /// What a statement takes and returns, without running it (`None`: it returns no rows).
@@ -429,8 +619,8 @@ impl GatewayService {
         let names = output_names::apply(&mut statement);
         let statement = &statement;
         let settings = session.engine_settings();
-        let resolved = self.resolve(statement, &settings).await?;
-        let pins = &resolved.pins;
+        let routed = self.route(statement, &settings, session).await?;
+        let pins = &routed.resolved.pins;
         pending.record.snapshots = pins
             .iter()
             .map(|((schema, table), t)| match t.snapshot_id {
@@ -439,49 +629,32 @@ impl GatewayService {
             })
             .collect::<Vec<_>>()
             .join(",");
-        for ((schema, table), t) in pins.iter() {
-            debug!(%schema, %table, snapshot = ?t.snapshot_id, "pinned");
-        }
-        let engine = self.choose_engine(&resolved, session)?;
-        // Every engine but the planner answers in the schema the planner promised.
-        let promised = if Arc::ptr_eq(&engine, &(self.engines.planner.clone() as EngineRef)) {
-            None
-        } else {
-            Some(
-                self.plan_description(statement, &resolved, &settings)
-                    .await?
-                    .schema,
-            )
-        };
-        let request = EngineRequest {
-            statement,
-            params,
-            pins,
-            settings: &settings,
-            system_tables: &resolved.system_tables,
-            promised: promised.as_ref(),
-        };
+        pending.record.shape = routed.profile.shape.name();
+        pending.record.group = routed.decision.group.name.clone();
         if self.cache.enabled()
-            && resolved.system_tables.is_empty()
+            && routed.decision.group.cache
+            && routed.resolved.system_tables.is_empty()
             && ResultCache::cacheable(statement, pins)
         {
             let key = ResultCache::key(statement, params, pins, &settings);
             let max = self.cache.max_entry_bytes();
-            let executed = std::sync::atomic::AtomicBool::new(false);
+            let ran_on = std::sync::Mutex::new(None::<String>);
             let computed = self
                 .cache
                 .get_or_compute(key, async {
-                    executed.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let stream = execute_on(&engine, request, names.as_deref())
+                    let (stream, engine) = self
+                        .execute_routed(&routed, statement, params, &settings, names.as_deref())
                         .await
                         .map_err(|e| Uncached::Failed(Arc::new(e)))?;
+                    *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(engine);
                     collect_capped(stream, max).await
                 })
                 .await;
             // A caller that waited on another's computation counts as a hit too.
-            let ran_here = executed.load(std::sync::atomic::Ordering::Relaxed);
-            if ran_here {
-                pending.record.engine = engine.name().to_string();
+            let ran_on = ran_on.into_inner().unwrap_or_else(|p| p.into_inner());
+            let ran_here = ran_on.is_some();
+            if let Some(engine) = ran_on {
+                pending.record.engine = engine;
             }
             match computed {
                 Ok(result) => {
@@ -504,8 +677,11 @@ impl GatewayService {
                 "off"
             };
         }
-        pending.record.engine = engine.name().to_string();
-        execute_on(&engine, request, names.as_deref()).await
+        let (stream, engine) = self
+            .execute_routed(&routed, statement, params, &settings, names.as_deref())
+            .await?;
+        pending.record.engine = engine;
+        Ok(stream)
     }
 
     fn session_statement(
@@ -787,6 +963,86 @@ fn apply_set_config(statement: &Statement, session: &mut Session) -> Result<()> 
 }
 
 /// Drains a stream into memory, giving up once it exceeds `max` bytes.
+/// The bytes a table's pinned snapshot holds in data files (its summary's `total-files-size`).
+fn scan_estimate(table: &lakegate_engines::ResolvedTable) -> u64 {
+    table
+        .table
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get("total-files-size"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether an error is the engine's fault (unreachable, broken) rather than the statement's:
+/// only those count against an engine and fail over.
+fn engine_fault(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        lakegate_engines::ErrorKind::Unavailable | lakegate_engines::ErrorKind::Internal
+    )
+}
+
+/// Polls the first batch, so that an engine failing at the start fails here (and can be
+/// failed over) rather than in the client's stream.
+async fn first_batch(mut stream: SendableRecordBatchStream) -> Result<SendableRecordBatchStream> {
+    let schema = stream.schema();
+    match stream.next().await {
+        Some(Err(e)) => Err(Error::Engine(e.into())),
+        Some(Ok(batch)) => {
+            let rest = futures::stream::once(async move { Ok(batch) }).chain(stream);
+            Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rest)))
+        }
+        None => Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::empty(),
+        ))),
+    }
+}
+
+/// Reports the query's latency (to the last batch) or failure to the router, and holds the
+/// group slot until the stream ends or is dropped.
+fn track(
+    stream: SendableRecordBatchStream,
+    router: Arc<Router>,
+    engine: String,
+    shape: Shape,
+    bytes: u64,
+    started: std::time::Instant,
+    slot: Option<Slot>,
+) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    let tracked = futures::stream::unfold(
+        (stream, Some((router, engine, slot))),
+        move |(mut stream, mut state)| async move {
+            match stream.next().await {
+                Some(Ok(b)) => Some((Ok(b), (stream, state))),
+                Some(Err(e)) => {
+                    if let Some((router, engine, _slot)) = state.take() {
+                        let kind = lakegate_engines::error::datafusion_kind(&e);
+                        if matches!(
+                            kind,
+                            lakegate_engines::ErrorKind::Unavailable
+                                | lakegate_engines::ErrorKind::Internal
+                        ) {
+                            router.record(&engine, shape, bytes, None);
+                        }
+                    }
+                    Some((Err(e), (stream, state)))
+                }
+                None => {
+                    if let Some((router, engine, _slot)) = state.take() {
+                        let ms = started.elapsed().as_secs_f64() * 1000.0;
+                        router.record(&engine, shape, bytes, Some(ms));
+                    }
+                    None
+                }
+            }
+        },
+    );
+    Box::pin(RecordBatchStreamAdapter::new(schema, tracked))
+}
+
 /// Runs a request on `engine`, with PostgreSQL's output column names.
 async fn execute_on(
     engine: &EngineRef,

@@ -75,6 +75,10 @@ const PARAMS: &[Param] = &[
     rw("xmloption", "content"),
     // lakegate's own: the engine this session pins (`auto`: the router chooses).
     rw("lakegate.engine", "auto"),
+    // The routing group this session asks for (`auto`: the rules decide).
+    rw("lakegate.group", "auto"),
+    // A client tag routing rules can match (`tags = [...]`).
+    rw("lakegate.tag", ""),
     ro("standard_conforming_strings", "on"),
     ro("server_version", SERVER_VERSION),
     ro("server_version_num", "160006"),
@@ -238,6 +242,26 @@ impl Session {
             .get("lakegate.engine")
             .map(String::as_str)
             .filter(|e| *e != "auto")
+    }
+
+    /// The routing group this session asks for, `None` to let the rules decide.
+    pub fn pinned_group(&self) -> Option<&str> {
+        self.values
+            .get("lakegate.group")
+            .map(String::as_str)
+            .filter(|g| *g != "auto" && !g.is_empty())
+    }
+
+    /// `application_name`.
+    pub fn application_name(&self) -> &str {
+        self.values
+            .get("application_name")
+            .map_or("", String::as_str)
+    }
+
+    /// The client tag (`lakegate.tag`).
+    pub fn tag(&self) -> &str {
+        self.values.get("lakegate.tag").map_or("", String::as_str)
     }
 
     /// `statement_timeout` as a duration (`None`: no limit).

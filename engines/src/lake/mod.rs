@@ -243,12 +243,16 @@ impl Lake {
         &self.stats
     }
 
-    async fn token(&self, ident: &TableIdent) -> Result<Option<String>> {
+    async fn token(
+        &self,
+        ident: &TableIdent,
+        max_staleness: std::time::Duration,
+    ) -> Result<Option<String>> {
         use std::sync::atomic::Ordering;
-        if !self.max_staleness.is_zero() {
+        if !max_staleness.is_zero() {
             let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((at, location)) = recent.get(ident)
-                && at.elapsed() < self.max_staleness
+                && at.elapsed() < max_staleness
             {
                 self.stats.reused.fetch_add(1, Ordering::Relaxed);
                 return Ok(Some(location.clone()));
@@ -260,10 +264,11 @@ impl Lake {
         self.stats
             .lookup_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        if !self.max_staleness.is_zero()
-            && let Some(location) = &location
-        {
+        if let Some(location) = &location {
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if recent.len() >= LOADED_CAPACITY {
+                recent.clear();
+            }
             recent.insert(ident.clone(), (started, location.clone()));
         }
         Ok(location)
@@ -314,11 +319,36 @@ impl Lake {
     /// # Errors
     /// [`Error::TableNotFound`] when there is no such table; catalog and metadata errors.
     pub async fn resolve(&self, schema: &str, table: &str) -> Result<ResolvedTable> {
+        self.resolve_within(schema, table, self.max_staleness).await
+    }
+
+    /// The version of `schema.table` last resolved, without asking the catalog (`None`: never
+    /// resolved yet). For estimates made before a statement's real resolution.
+    pub fn peek(&self, schema: &str, table: &str) -> Option<ResolvedTable> {
+        let ident = TableIdent::new(namespace_ident(schema), table.to_string());
+        let location = {
+            let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            recent.get(&ident)?.1.clone()
+        };
+        self.cached(&location)
+    }
+
+    /// Resolves `schema.table`, reusing a version resolved less than `max_staleness` ago
+    /// (zero: always ask the catalog).
+    ///
+    /// # Errors
+    /// As [`Lake::resolve`].
+    pub async fn resolve_within(
+        &self,
+        schema: &str,
+        table: &str,
+        max_staleness: std::time::Duration,
+    ) -> Result<ResolvedTable> {
         let ident = TableIdent::new(namespace_ident(schema), table.to_string());
         let not_found = || Error::TableNotFound {
             name: format!("{schema}.{table}"),
         };
-        let location = match self.token(&ident).await? {
+        let location = match self.token(&ident, max_staleness).await? {
             Some(location) => location,
             None => return Err(not_found()),
         };

@@ -95,6 +95,10 @@ impl FlightServer {
 /// A prepared statement: its parsed form, description and bound parameters.
 /// Request header that pins an engine for the call (like `SET lakegate.engine`).
 pub const ENGINE_HEADER: &str = "x-lakegate-engine";
+/// Request header naming the routing group (like `SET lakegate.group`).
+pub const GROUP_HEADER: &str = "x-lakegate-group";
+/// Request header carrying the client tag routing rules match (`lakegate.tag`).
+pub const TAG_HEADER: &str = "x-lakegate-tag";
 
 struct PreparedStatement {
     statement: Statement,
@@ -128,6 +132,7 @@ pub(crate) fn to_status(e: &Error) -> Status {
         ErrorKind::Unsupported => Status::unimplemented(message),
         ErrorKind::Canceled => Status::cancelled(message),
         ErrorKind::Unavailable => Status::unavailable(message),
+        ErrorKind::TooManyQueries => Status::resource_exhausted(message),
         ErrorKind::DuplicateCursor => Status::already_exists(message),
         ErrorKind::TransactionAborted | ErrorKind::CantChangeSetting => {
             Status::failed_precondition(message)
@@ -269,6 +274,17 @@ impl FlightSqlFrontend {
     /// `SET lakegate.engine` does over pgwire.
     fn session(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Session, Status> {
         let mut session = Session::new("flight", &self.default_schema);
+        for (header, setting) in [
+            (GROUP_HEADER, "lakegate.group"),
+            (TAG_HEADER, "lakegate.tag"),
+        ] {
+            if let Some(value) = metadata.get(header) {
+                let value = value
+                    .to_str()
+                    .map_err(|_| Status::invalid_argument(format!("{header} must be text")))?;
+                session.set(setting, value).map_err(status)?;
+            }
+        }
         if let Some(engine) = metadata.get(ENGINE_HEADER) {
             let engine = engine
                 .to_str()

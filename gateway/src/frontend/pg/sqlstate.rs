@@ -20,6 +20,7 @@ pub(crate) fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::TransactionAborted => "25P02",
         ErrorKind::CantChangeSetting => "55P02",
         ErrorKind::Unavailable => "58000",
+        ErrorKind::TooManyQueries => "53300",
         ErrorKind::Internal => "XX000",
     }
 }

@@ -1,0 +1,312 @@
+//! The router: picks a statement's routing group by the rules, then orders the group's
+//! candidate engines by the latency observed for the statement's shape and size (exploring a
+//! little), skipping engines whose circuit breaker is open. The query service tries them in that
+//! order (failover) inside the group's admission slots.
+//!
+//! - [`rules`]: groups and rules from `routing-rules/*.toml`, validated, reloaded on change.
+//! - [`stats`]: observed latency per (engine, shape, size bucket), circuit breakers.
+//! - [`admission`]: per-group concurrency and queue.
+
+pub mod admission;
+pub mod rules;
+pub mod stats;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tracing::{error, info};
+
+use crate::error::{Error, Result};
+use crate::profile::{QueryProfile, Shape};
+use admission::Admission;
+use rules::{Asker, GroupSpec, RoutingTable};
+use stats::{Breaker, Stats, size_bucket};
+
+/// One candidate engine for a statement, with what the router expects of it.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The engine.
+    pub engine: String,
+    /// Expected latency (ms): observed, or the cold-start guess.
+    pub expected_ms: f64,
+    /// Observations behind the estimate.
+    pub samples: u64,
+    /// The breaker: `closed`, `open` (skipped) or `half-open`.
+    pub breaker: &'static str,
+}
+
+/// The router's decision for one statement.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The rule that matched (`None`: the default group, or the session's choice).
+    pub rule: Option<String>,
+    /// Why this group: `rule`, `default`, or `session`.
+    pub reason: &'static str,
+    /// The group.
+    pub group: GroupSpec,
+    /// Candidates in the order they will be tried; the first is the choice.
+    pub candidates: Vec<Candidate>,
+    /// The first candidate was picked to explore, not for its expected latency.
+    pub explored: bool,
+}
+
+/// The router, shared by every session.
+#[derive(Debug)]
+pub struct Router {
+    table: RwLock<Arc<RoutingTable>>,
+    admissions: Mutex<HashMap<String, Arc<Admission>>>,
+    /// What has been observed.
+    pub stats: Stats,
+    rules_dir: Option<PathBuf>,
+    configured: Vec<String>,
+    rng: AtomicU64,
+}
+
+impl Router {
+    /// A router over the rules in `rules_dir` (`None`: one default group with every engine).
+    ///
+    /// # Errors
+    /// Invalid rules (see [`RoutingTable::load`]).
+    pub fn new(
+        rules_dir: Option<&Path>,
+        configured: &[&str],
+        default_engine: &str,
+    ) -> Result<Self> {
+        let table = match rules_dir {
+            Some(dir) => RoutingTable::load(dir, configured)?,
+            None => RoutingTable::single_group(configured, default_engine),
+        };
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
+            | 1;
+        Ok(Self {
+            table: RwLock::new(Arc::new(table)),
+            admissions: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+            rules_dir: rules_dir.map(Path::to_path_buf),
+            configured: configured.iter().map(|s| s.to_string()).collect(),
+            rng: AtomicU64::new(seed),
+        })
+    }
+
+    /// The groups and rules in force.
+    pub fn table(&self) -> Arc<RoutingTable> {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The group a statement runs in: the session's choice, else the first matching rule's,
+    /// else the default.
+    ///
+    /// # Errors
+    /// A session group that does not exist or may not be chosen.
+    pub fn group(
+        &self,
+        asker: &Asker<'_>,
+        profile: &QueryProfile,
+        session_group: Option<&str>,
+    ) -> Result<(Option<String>, &'static str, GroupSpec)> {
+        let table = self.table();
+        if let Some(name) = session_group {
+            return match table.groups.get(name) {
+                Some(g) if g.selectable => Ok((None, "session", g.clone())),
+                Some(_) => Err(Error::GroupNotAllowed {
+                    name: name.to_string(),
+                    why: "the rules do not let sessions choose it".into(),
+                }),
+                None => Err(Error::GroupNotAllowed {
+                    name: name.to_string(),
+                    why: format!(
+                        "no such group (groups: {})",
+                        table.groups.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                }),
+            };
+        }
+        match table.matching(asker, profile) {
+            Some(rule) => {
+                let group = table.groups.get(&rule.spec.group).cloned().ok_or_else(|| {
+                    Error::Unsupported {
+                        what: format!("rule {} names a missing group", rule.spec.name),
+                    }
+                })?;
+                Ok((Some(rule.spec.name.clone()), "rule", group))
+            }
+            None => {
+                let group = table
+                    .groups
+                    .get(&table.default_group)
+                    .cloned()
+                    .ok_or_else(|| Error::Unsupported {
+                        what: "the default group is missing".into(),
+                    })?;
+                Ok((None, "default", group))
+            }
+        }
+    }
+
+    /// The group's candidates for `shape` at `bytes`, in the order to try them.
+    pub fn order(&self, group: &GroupSpec, shape: Shape, bytes: u64) -> (Vec<Candidate>, bool) {
+        let mut candidates: Vec<Candidate> = group
+            .engines
+            .iter()
+            .map(|e| {
+                let (expected_ms, samples) = self.stats.expected_ms(e, shape, bytes);
+                let breaker = match self.stats.breaker(e) {
+                    Breaker::Closed => "closed",
+                    Breaker::Open { .. } => "open",
+                    Breaker::HalfOpen { .. } => "half-open",
+                };
+                Candidate {
+                    engine: e.clone(),
+                    expected_ms,
+                    samples,
+                    breaker,
+                }
+            })
+            .collect();
+        // Stable: ties keep the group's order of preference.
+        candidates.sort_by(|a, b| {
+            (a.breaker == "open")
+                .cmp(&(b.breaker == "open"))
+                .then(a.expected_ms.total_cmp(&b.expected_ms))
+        });
+        let mut explored = false;
+        let others = candidates
+            .iter()
+            .skip(1)
+            .filter(|c| c.breaker != "open")
+            .count();
+        if others > 0 && group.explore > 0.0 && self.random() < group.explore {
+            let pick = 1 + (self.random() * others as f64) as usize % others;
+            let chosen = candidates.remove(pick.min(candidates.len() - 1));
+            candidates.insert(0, chosen);
+            explored = true;
+        }
+        (candidates, explored)
+    }
+
+    /// Everything the router decides for a statement.
+    ///
+    /// # Errors
+    /// As [`Router::group`].
+    pub fn decide(
+        &self,
+        asker: &Asker<'_>,
+        profile: &QueryProfile,
+        session_group: Option<&str>,
+    ) -> Result<Decision> {
+        let (rule, reason, group) = self.group(asker, profile, session_group)?;
+        let (candidates, explored) =
+            self.order(&group, profile.shape, profile.scan_bytes.unwrap_or(0));
+        Ok(Decision {
+            rule,
+            reason,
+            group,
+            candidates,
+            explored,
+        })
+    }
+
+    /// The admission (slots and queue) of `group`, created on first use and replaced when a
+    /// reload changes its limits (queries already admitted keep their slots).
+    pub fn admission(&self, group: &GroupSpec) -> Arc<Admission> {
+        let mut admissions = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = admissions.get(&group.name)
+            && a.same_limits(
+                group.max_concurrent,
+                group.queue_length,
+                group.queue_timeout,
+            )
+        {
+            return a.clone();
+        }
+        let a = Arc::new(Admission::new(
+            &group.name,
+            group.max_concurrent,
+            group.queue_length,
+            group.queue_timeout,
+        ));
+        admissions.insert(group.name.clone(), a.clone());
+        a
+    }
+
+    /// Running and queued queries per group.
+    pub fn load_by_group(&self) -> Vec<(String, usize, usize)> {
+        let admissions = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = admissions
+            .iter()
+            .map(|(g, a)| (g.clone(), a.running(), a.queued()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Records a finished query (`None`: failed for the engine's reasons).
+    pub fn record(&self, engine: &str, shape: Shape, bytes: u64, ms: Option<f64>) {
+        self.stats.record(engine, shape, size_bucket(bytes), ms);
+    }
+
+    /// Re-reads the rules folder when its files change; a bad edit is logged and the rules in
+    /// force stay. Connections and running queries are untouched.
+    pub fn spawn_reload(self: &Arc<Self>) {
+        let Some(dir) = self.rules_dir.clone() else {
+            return;
+        };
+        let router = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut seen = fingerprint(&dir);
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let Some(router) = router.upgrade() else {
+                    return;
+                };
+                let now = fingerprint(&dir);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                let configured: Vec<&str> = router.configured.iter().map(String::as_str).collect();
+                match RoutingTable::load(&dir, &configured) {
+                    Ok(table) => {
+                        info!(dir = %dir.display(), groups = table.groups.len(), rules = table.rules.len(), "routing rules reloaded");
+                        *router.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
+                    }
+                    Err(e) => {
+                        error!(%e, "routing rules not reloaded; the previous rules stay in force")
+                    }
+                }
+            }
+        });
+    }
+
+    /// A number in [0, 1) (xorshift; exploration needs no better).
+    fn random(&self) -> f64 {
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Names, sizes and modification times of the rules files.
+fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let m = e.metadata().ok()?;
+                    Some((e.path(), m.len(), m.modified().ok()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}

@@ -1,0 +1,299 @@
+//! What the router has observed: per (engine, shape, scan-size bucket) the latency
+//! distribution and success rate, and per engine a circuit breaker that takes a failing engine
+//! out and lets one probe through after a cool-down.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::profile::Shape;
+
+/// Scan-size buckets: < 16 MiB, < 1 GiB, < 64 GiB, more.
+pub fn size_bucket(bytes: u64) -> u8 {
+    match bytes {
+        b if b < 16 << 20 => 0,
+        b if b < 1 << 30 => 1,
+        b if b < 64 << 30 => 2,
+        _ => 3,
+    }
+}
+
+/// A human name for a bucket.
+pub fn bucket_name(bucket: u8) -> &'static str {
+    match bucket {
+        0 => "<16MiB",
+        1 => "<1GiB",
+        2 => "<64GiB",
+        _ => ">=64GiB",
+    }
+}
+
+/// Whether an engine runs in-process (its cold-start cost model differs).
+fn embedded(engine: &str) -> bool {
+    matches!(engine, "datafusion" | "duckdb")
+}
+
+/// The cold-start guess, in ms, before anything is observed: embedded engines start fast and
+/// scan ~300 MB/s per query here; remote engines pay ~250 ms of protocol and scheduling and
+/// scan ~2 GB/s across their workers.
+pub fn prior_ms(engine: &str, bytes: u64) -> f64 {
+    let mb = bytes as f64 / 1e6;
+    if embedded(engine) {
+        5.0 + mb / 0.3
+    } else {
+        250.0 + mb / 2.0
+    }
+}
+
+/// Samples kept per key for percentiles.
+const WINDOW: usize = 64;
+/// Weight of a new sample in the moving average.
+const ALPHA: f64 = 0.2;
+/// Samples after which the observation outweighs the prior completely.
+const CONFIDENT: f64 = 5.0;
+/// Latency charged for a failure, in the expected-latency estimate.
+const FAILURE_PENALTY_MS: f64 = 5_000.0;
+
+/// Observations for one (engine, shape, bucket).
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// Moving average latency (ms) of successes.
+    pub ewma_ms: f64,
+    /// Moving average of success (1) / failure (0).
+    pub success: f64,
+    /// Queries observed.
+    pub count: u64,
+    recent: VecDeque<f64>,
+}
+
+impl Observed {
+    fn record(&mut self, ms: Option<f64>) {
+        let ok = if ms.is_some() { 1.0 } else { 0.0 };
+        if self.count == 0 {
+            self.success = ok;
+            self.ewma_ms = ms.unwrap_or(0.0);
+        } else {
+            self.success = (1.0 - ALPHA) * self.success + ALPHA * ok;
+            if let Some(ms) = ms {
+                self.ewma_ms = if self.ewma_ms == 0.0 {
+                    ms
+                } else {
+                    (1.0 - ALPHA) * self.ewma_ms + ALPHA * ms
+                };
+            }
+        }
+        self.count += 1;
+        if let Some(ms) = ms {
+            if self.recent.len() == WINDOW {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(ms);
+        }
+    }
+
+    /// The `q` quantile (0..1) of recent successful latencies.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.recent.is_empty() {
+            return None;
+        }
+        let mut v: Vec<f64> = self.recent.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        let i = ((v.len() - 1) as f64 * q).round() as usize;
+        v.get(i).copied()
+    }
+}
+
+/// A circuit breaker's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breaker {
+    /// Taking queries.
+    Closed,
+    /// Out until the instant; then one probe is let through.
+    Open {
+        /// When a probe may go.
+        until: Instant,
+        /// The current cool-down (doubles on each failed probe, up to a minute).
+        cooldown: Duration,
+    },
+    /// A probe is running.
+    HalfOpen {
+        /// The cool-down to use if the probe fails.
+        cooldown: Duration,
+    },
+}
+
+#[derive(Debug)]
+struct EngineHealth {
+    breaker: Breaker,
+    consecutive_failures: u32,
+}
+
+/// Consecutive engine failures that open the breaker.
+const TRIP_AFTER: u32 = 3;
+/// First cool-down.
+const COOLDOWN: Duration = Duration::from_secs(5);
+
+/// Everything observed, shared by all sessions.
+#[derive(Debug, Default)]
+pub struct Stats {
+    observed: Mutex<HashMap<(String, Shape, u8), Observed>>,
+    health: Mutex<HashMap<String, EngineHealth>>,
+}
+
+impl Stats {
+    /// Records one query's outcome on `engine` (`None`: it failed for the engine's reasons).
+    pub fn record(&self, engine: &str, shape: Shape, bucket: u8, ms: Option<f64>) {
+        self.observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((engine.to_string(), shape, bucket))
+            .or_default()
+            .record(ms);
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let h = health.entry(engine.to_string()).or_insert(EngineHealth {
+            breaker: Breaker::Closed,
+            consecutive_failures: 0,
+        });
+        if ms.is_some() {
+            h.consecutive_failures = 0;
+            h.breaker = Breaker::Closed;
+        } else {
+            h.consecutive_failures += 1;
+            h.breaker = match h.breaker {
+                Breaker::HalfOpen { cooldown } => {
+                    let cooldown = (cooldown * 2).min(Duration::from_secs(60));
+                    Breaker::Open {
+                        until: Instant::now() + cooldown,
+                        cooldown,
+                    }
+                }
+                Breaker::Closed if h.consecutive_failures >= TRIP_AFTER => Breaker::Open {
+                    until: Instant::now() + COOLDOWN,
+                    cooldown: COOLDOWN,
+                },
+                other => other,
+            };
+        }
+    }
+
+    /// Whether `engine` may take a query now; an open breaker whose cool-down passed lets this
+    /// one query through as the probe.
+    pub fn admit(&self, engine: &str) -> bool {
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(h) = health.get_mut(engine) else {
+            return true;
+        };
+        match h.breaker {
+            Breaker::Closed => true,
+            Breaker::Open { until, cooldown } if Instant::now() >= until => {
+                h.breaker = Breaker::HalfOpen { cooldown };
+                true
+            }
+            Breaker::Open { .. } | Breaker::HalfOpen { .. } => false,
+        }
+    }
+
+    /// The breaker of `engine`, without changing it.
+    pub fn breaker(&self, engine: &str) -> Breaker {
+        self.health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(engine)
+            .map_or(Breaker::Closed, |h| h.breaker)
+    }
+
+    /// The expected latency (ms) of `shape` on `engine` for a scan of `bytes`: the prior,
+    /// blended into the observed average as samples arrive, plus a penalty for failures.
+    pub fn expected_ms(&self, engine: &str, shape: Shape, bytes: u64) -> (f64, u64) {
+        let prior = prior_ms(engine, bytes);
+        let observed = self
+            .observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(engine.to_string(), shape, size_bucket(bytes)))
+            .cloned();
+        match observed {
+            None => (prior, 0),
+            Some(o) => {
+                let w = (o.count as f64 / CONFIDENT).min(1.0);
+                let latency = if o.ewma_ms > 0.0 {
+                    w * o.ewma_ms + (1.0 - w) * prior
+                } else {
+                    prior
+                };
+                (latency + (1.0 - o.success) * FAILURE_PENALTY_MS, o.count)
+            }
+        }
+    }
+
+    /// Every observation, for `lakegate.routing`.
+    pub fn snapshot(&self) -> Vec<((String, Shape, u8), Observed)> {
+        let mut v: Vec<_> = self
+            .observed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_replace_the_prior() {
+        let s = Stats::default();
+        let (cold, n) = s.expected_ms("trino", Shape::PointLookup, 1000);
+        assert_eq!(n, 0);
+        assert!(cold > 200.0);
+        for _ in 0..10 {
+            s.record("trino", Shape::PointLookup, 0, Some(20.0));
+        }
+        let (warm, n) = s.expected_ms("trino", Shape::PointLookup, 1000);
+        assert_eq!(n, 10);
+        assert!((warm - 20.0).abs() < 1.0, "{warm}");
+    }
+
+    #[test]
+    fn breaker_opens_after_failures_and_probes_back() {
+        let s = Stats::default();
+        for _ in 0..TRIP_AFTER {
+            s.record("spark", Shape::Scan, 0, None);
+        }
+        assert!(matches!(s.breaker("spark"), Breaker::Open { .. }));
+        assert!(!s.admit("spark"));
+        // Pretend the cool-down passed.
+        if let Some(h) = s.health.lock().expect("lock").get_mut("spark") {
+            h.breaker = Breaker::Open {
+                until: Instant::now(),
+                cooldown: COOLDOWN,
+            };
+        }
+        assert!(s.admit("spark"), "the probe goes through");
+        assert!(!s.admit("spark"), "only one probe at a time");
+        s.record("spark", Shape::Scan, 0, Some(100.0));
+        assert_eq!(s.breaker("spark"), Breaker::Closed);
+        assert!(s.admit("spark"));
+    }
+
+    #[test]
+    fn failures_raise_the_expected_latency() {
+        let s = Stats::default();
+        for i in 0..10 {
+            s.record("duckdb", Shape::Scan, 0, Some(10.0));
+            s.record(
+                "trino",
+                Shape::Scan,
+                0,
+                if i % 2 == 0 { None } else { Some(5.0) },
+            );
+        }
+        assert!(
+            s.expected_ms("trino", Shape::Scan, 0).0 > s.expected_ms("duckdb", Shape::Scan, 0).0
+        );
+    }
+}
