@@ -165,6 +165,40 @@ pub async fn execute_local(config: &Config, sql: &str) -> Result<(u64, u64)> {
     Ok((rows, bytes))
 }
 
+/// `EXPLAIN ROUTE <sql>` in-process: the (item, value) rows. Used by `lakegate route`.
+///
+/// # Errors
+/// Any error of routing the statement.
+pub async fn explain_route_local(config: &Config, sql: &str) -> Result<Vec<(String, String)>> {
+    use arrow::array::{Array, StringArray};
+    use futures::StreamExt;
+    let service = build_service(config).await?;
+    let mut session = crate::session::Session::new("local", &config.pg.default_schema);
+    let mut out = Vec::new();
+    for statement in service.parse(&format!("EXPLAIN ROUTE {sql}"))? {
+        if let crate::service::QueryOutput::Rows { mut stream, .. } =
+            service.execute(&statement, None, &mut session).await?
+        {
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(lakegate_engines::Error::from)?;
+                let column = |i: usize| {
+                    batch
+                        .column(i)
+                        .as_any()
+                        .downcast_ref::<StringArray>()
+                        .cloned()
+                };
+                if let (Some(items), Some(values)) = (column(0), column(1)) {
+                    for i in 0..items.len() {
+                        out.push((items.value(i).to_string(), values.value(i).to_string()));
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A built gateway, bound and ready to run.
 pub struct Gateway {
     pg: PgServer,

@@ -41,6 +41,18 @@ enum Command {
         #[command(flatten)]
         flags: Flags,
     },
+    /// Show how a query would be routed (`EXPLAIN ROUTE`): its profile, the matching rule and
+    /// group, the snapshots, each candidate engine's expected latency and the choice.
+    Route {
+        /// The query.
+        #[arg(long)]
+        sql: String,
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        flags: Flags,
+    },
     /// Create a small demo lakehouse (SQLite catalog + local warehouse) and serve it.
     Demo {
         /// Directory for the demo's catalog and warehouse.
@@ -133,6 +145,15 @@ async fn run() -> anyhow::Result<()> {
             let (rows, bytes) = lakegate_gateway::gateway::execute_local(&config, &sql).await?;
             let secs = started.elapsed().as_secs_f64();
             println!("rows={rows} bytes={bytes} seconds={secs:.3}");
+            return Ok(());
+        }
+        Command::Route { sql, config, flags } => {
+            let config = Config::load(config.as_deref(), &flags.overrides())?;
+            for (item, value) in
+                lakegate_gateway::gateway::explain_route_local(&config, &sql).await?
+            {
+                println!("{item:<16} {value}");
+            }
             return Ok(());
         }
         Command::Demo {

@@ -94,16 +94,24 @@ pub struct QueryProfile {
 }
 
 impl QueryProfile {
-    /// The profile of a statement of `kind` reading `refs`.
-    pub fn of(statement: &Statement, kind: &StatementKind, refs: &References) -> Self {
-        let mut profile = Self {
+    /// The profile of a statement that is not a query.
+    pub fn utility() -> Self {
+        Self {
             shape: Shape::Utility,
-            tables: refs.lake.clone(),
+            tables: vec![],
             filter_columns: vec![],
             join_columns: vec![],
             group_columns: vec![],
             limit: None,
             scan_bytes: None,
+        }
+    }
+
+    /// The profile of a statement of `kind` reading `refs`.
+    pub fn of(statement: &Statement, kind: &StatementKind, refs: &References) -> Self {
+        let mut profile = Self {
+            tables: refs.lake.clone(),
+            ..Self::utility()
         };
         if *kind != StatementKind::Query {
             return profile;

@@ -198,11 +198,67 @@ impl GatewayService {
                 "cache_stats" => self.cache.stats_batch(self.lake.token_stats()).await,
                 "queries" => self.history.batch(),
                 "engines" => self.engines_batch().await,
+                "routing" => self.routing_batch(),
                 _ => return Err(Error::UnknownSystemTable { name }),
             };
             out.push((name, batch));
         }
         Ok(out)
+    }
+
+    /// `lakegate.routing`: what the router observed per (engine, shape, size bucket), with each
+    /// engine's breaker.
+    fn routing_batch(&self) -> RecordBatch {
+        let observed = self.router.stats.snapshot();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("engine", DataType::Utf8, false),
+            Field::new("shape", DataType::Utf8, false),
+            Field::new("size_bucket", DataType::Utf8, false),
+            Field::new("queries", DataType::Int64, false),
+            Field::new("ewma_ms", DataType::Float64, false),
+            Field::new("p50_ms", DataType::Float64, true),
+            Field::new("p95_ms", DataType::Float64, true),
+            Field::new("success_rate", DataType::Float64, false),
+            Field::new("breaker", DataType::Utf8, false),
+        ]));
+        let breaker = |e: &str| match self.router.stats.breaker(e) {
+            crate::routing::stats::Breaker::Closed => "closed",
+            crate::routing::stats::Breaker::Open { .. } => "open",
+            crate::routing::stats::Breaker::HalfOpen { .. } => "half-open",
+        };
+        let columns: Vec<arrow::array::ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(
+                observed.iter().map(|o| o.0.0.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                observed.iter().map(|o| o.0.1.name()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                observed
+                    .iter()
+                    .map(|o| crate::routing::stats::bucket_name(o.0.2)),
+            )),
+            Arc::new(arrow::array::Int64Array::from_iter_values(
+                observed.iter().map(|o| o.1.count as i64),
+            )),
+            Arc::new(arrow::array::Float64Array::from_iter_values(
+                observed.iter().map(|o| o.1.ewma_ms),
+            )),
+            Arc::new(arrow::array::Float64Array::from_iter(
+                observed.iter().map(|o| o.1.quantile(0.5)),
+            )),
+            Arc::new(arrow::array::Float64Array::from_iter(
+                observed.iter().map(|o| o.1.quantile(0.95)),
+            )),
+            Arc::new(arrow::array::Float64Array::from_iter_values(
+                observed.iter().map(|o| o.1.success),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                observed.iter().map(|o| breaker(&o.0.0)),
+            )),
+        ];
+        RecordBatch::try_new(schema.clone(), columns)
+            .unwrap_or_else(|_| RecordBatch::new_empty(schema))
     }
 
     /// `lakegate.engines`: each engine, whether it answers now (checked concurrently, 5 s at
@@ -254,7 +310,8 @@ impl GatewayService {
     /// # Errors
     /// [`Error::Syntax`].
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        let mut statements = self.parser.parse(sql).map_err(|e| Error::Syntax {
+        let sql = explain_route_syntax(sql);
+        let mut statements = self.parser.parse(&sql).map_err(|e| Error::Syntax {
             message: syntax_message(&e.to_string()),
         })?;
         statements.iter_mut().for_each(rewrite_catalog_types);
@@ -500,6 +557,12 @@ impl GatewayService {
         statement: &Statement,
         session: &mut Session,
     ) -> Result<Option<Described>> {
+        if explain_route_target(statement).is_some() {
+            return Ok(Some(Described {
+                param_types: vec![],
+                schema: explain_route_schema(),
+            }));
+        }
         match classify::kind(statement) {
             StatementKind::Query => {
                 let mut statement = statement.clone();
@@ -551,6 +614,9 @@ impl GatewayService {
         params: Option<&ParamValues>,
         session: &mut Session,
     ) -> Result<QueryOutput> {
+        if let Some(target) = explain_route_target(statement) {
+            return self.explain_route(target, session).await;
+        }
         let kind = classify::kind(statement);
         tracing::Span::current().record("kind", tracing::field::debug(&kind));
         match kind {
@@ -684,6 +750,123 @@ impl GatewayService {
         Ok(stream)
     }
 
+    /// `EXPLAIN ROUTE <query>` (also `EXPLAIN (ROUTE) <query>`): the profile, the matched
+    /// rule and group, the snapshots, each candidate's expected latency and the choice, as
+    /// (item, value) rows. Nothing runs.
+    async fn explain_route(&self, target: &Statement, session: &Session) -> Result<QueryOutput> {
+        if classify::kind(target) != StatementKind::Query {
+            return Err(Error::Unsupported {
+                what: "EXPLAIN ROUTE of anything but a query".into(),
+            });
+        }
+        let settings = session.engine_settings();
+        let routed = self.route(target, &settings, session).await?;
+        let p = &routed.profile;
+        let d = &routed.decision;
+        let g = &d.group;
+        let tables = |v: &[(String, String)]| {
+            v.iter()
+                .map(|(s, t)| format!("{s}.{t}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut rows: Vec<(String, String)> = vec![
+            ("shape".into(), p.shape.name().into()),
+            ("tables".into(), tables(&p.tables)),
+            ("filter_columns".into(), p.filter_columns.join(", ")),
+            ("join_columns".into(), p.join_columns.join(", ")),
+            ("group_columns".into(), p.group_columns.join(", ")),
+            (
+                "limit".into(),
+                p.limit.map(|l| l.to_string()).unwrap_or_default(),
+            ),
+            (
+                "scan_bytes".into(),
+                format!(
+                    "{} ({})",
+                    routed.bytes(),
+                    crate::routing::stats::bucket_name(crate::routing::stats::size_bucket(
+                        routed.bytes()
+                    ))
+                ),
+            ),
+            (
+                "snapshots".into(),
+                routed
+                    .resolved
+                    .pins
+                    .iter()
+                    .map(|((s, t), r)| match r.snapshot_id {
+                        Some(id) => format!("{s}.{t}@{id}"),
+                        None => format!("{s}.{t}@empty"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            (
+                "rule".into(),
+                match &d.rule {
+                    Some(r) => r.clone(),
+                    None => format!("(none: {})", d.reason),
+                },
+            ),
+            ("group".into(), g.name.clone()),
+            (
+                "group_limits".into(),
+                format!(
+                    "max_concurrent={} queue_length={} queue_timeout={:?} cache={} max_staleness={:?} explore={}",
+                    g.max_concurrent,
+                    g.queue_length,
+                    g.queue_timeout,
+                    g.cache,
+                    g.max_staleness,
+                    g.explore
+                ),
+            ),
+        ];
+        for (i, c) in d.candidates.iter().enumerate() {
+            rows.push((
+                format!("candidate {}", i + 1),
+                format!(
+                    "{} expected_ms={:.1} samples={} breaker={}",
+                    c.engine, c.expected_ms, c.samples, c.breaker
+                ),
+            ));
+        }
+        let choice = match routed.how {
+            "planner" => format!(
+                "{} (reads no lake table, or the catalog / lakegate tables)",
+                self.engines.planner.name()
+            ),
+            "pinned" => format!(
+                "{} (pinned by lakegate.engine)",
+                routed.engines.first().map_or("", |e| e.name())
+            ),
+            _ => format!(
+                "{}{}",
+                routed.engines.first().map_or("", |e| e.name()),
+                if d.explored { " (exploring)" } else { "" }
+            ),
+        };
+        rows.push(("choice".into(), choice));
+        let batch = RecordBatch::try_new(
+            explain_route_schema(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.0.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.1.as_str()),
+                )),
+            ],
+        )
+        .map_err(|e| lakegate_engines::Error::from(datafusion::error::DataFusionError::from(e)))?;
+        Ok(QueryOutput::Rows {
+            stream: batches_stream(batch.schema(), vec![batch]),
+            tag: "EXPLAIN",
+        })
+    }
+
     fn session_statement(
         &self,
         statement: &Statement,
@@ -697,6 +880,13 @@ impl GatewayService {
                     } => {
                         let name = variable.to_string().to_ascii_lowercase();
                         let value = values.iter().map(expr_value).collect::<Vec<_>>().join(", ");
+                        if name == "lakegate.group" && value != "auto" {
+                            self.router.group(
+                                &Asker::default(),
+                                &QueryProfile::utility(),
+                                Some(&value),
+                            )?;
+                        }
                         apply_set(session, &name, &value)?
                     }
                     Set::SetTimeZone { value, .. } => {
@@ -963,6 +1153,45 @@ fn apply_set_config(statement: &Statement, session: &mut Session) -> Result<()> 
 }
 
 /// Drains a stream into memory, giving up once it exceeds `max` bytes.
+/// `EXPLAIN ROUTE q` is spelled `EXPLAIN (ROUTE) q` for the parser (which knows PostgreSQL's
+/// option list); either spelling works.
+fn explain_route_syntax(sql: &str) -> std::borrow::Cow<'_, str> {
+    let trimmed = sql.trim_start();
+    let mut words = trimmed.splitn(3, char::is_whitespace);
+    match (words.next(), words.next(), words.next()) {
+        (Some(e), Some(r), Some(rest))
+            if e.eq_ignore_ascii_case("explain") && r.eq_ignore_ascii_case("route") =>
+        {
+            std::borrow::Cow::Owned(format!("EXPLAIN (ROUTE) {rest}"))
+        }
+        _ => std::borrow::Cow::Borrowed(sql),
+    }
+}
+
+/// The query of an `EXPLAIN (ROUTE) ...`.
+fn explain_route_target(statement: &Statement) -> Option<&Statement> {
+    match statement {
+        Statement::Explain {
+            options: Some(options),
+            statement,
+            ..
+        } if options
+            .iter()
+            .any(|o| o.name.value.eq_ignore_ascii_case("route")) =>
+        {
+            Some(statement)
+        }
+        _ => None,
+    }
+}
+
+fn explain_route_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("item", DataType::Utf8, false),
+        Field::new("value", DataType::Utf8, false),
+    ]))
+}
+
 /// The bytes a table's pinned snapshot holds in data files (its summary's `total-files-size`).
 fn scan_estimate(table: &lakegate_engines::ResolvedTable) -> u64 {
     table

@@ -34,7 +34,8 @@ pub struct Candidate {
     pub expected_ms: f64,
     /// Observations behind the estimate.
     pub samples: u64,
-    /// The breaker: `closed`, `open` (skipped) or `half-open`.
+    /// The breaker: `closed`, `open` (skipped), `probe` (open, cool-down over: tried first)
+    /// or `half-open` (a probe is running).
     pub breaker: &'static str,
 }
 
@@ -168,10 +169,16 @@ impl Router {
                 }
             })
             .collect();
-        // Stable: ties keep the group's order of preference.
+        // Stable: ties keep the group's order of preference. An engine whose breaker's
+        // cool-down passed goes first, as the probe (if it fails, the next one answers).
+        let probe = |c: &Candidate| c.breaker == "open" && self.stats.probe_due(&c.engine);
+        for c in candidates.iter_mut().filter(|c| probe(c)) {
+            c.breaker = "probe";
+        }
         candidates.sort_by(|a, b| {
-            (a.breaker == "open")
-                .cmp(&(b.breaker == "open"))
+            (a.breaker != "probe")
+                .cmp(&(b.breaker != "probe"))
+                .then((a.breaker == "open").cmp(&(b.breaker == "open")))
                 .then(a.expected_ms.total_cmp(&b.expected_ms))
         });
         let mut explored = false;
@@ -180,7 +187,8 @@ impl Router {
             .skip(1)
             .filter(|c| c.breaker != "open")
             .count();
-        if others > 0 && group.explore > 0.0 && self.random() < group.explore {
+        let probing = candidates.first().is_some_and(|c| c.breaker == "probe");
+        if !probing && others > 0 && group.explore > 0.0 && self.random() < group.explore {
             let pick = 1 + (self.random() * others as f64) as usize % others;
             let chosen = candidates.remove(pick.min(candidates.len() - 1));
             candidates.insert(0, chosen);

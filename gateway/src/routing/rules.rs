@@ -144,6 +144,16 @@ pub struct RoutingTable {
     pub rules: Vec<Rule>,
     /// The group for unmatched queries.
     pub default_group: String,
+    /// What the load noticed but accepted (groups left without a configured engine).
+    pub warnings: Vec<String>,
+}
+
+fn spec_engines(groups: &[GroupSpec], name: &str) -> Vec<String> {
+    groups
+        .iter()
+        .find(|g| g.name == name)
+        .map(|g| g.engines.clone())
+        .unwrap_or_default()
 }
 
 impl RoutingTable {
@@ -171,6 +181,7 @@ impl RoutingTable {
             groups: BTreeMap::from([("default".to_string(), group)]),
             rules: vec![],
             default_group: "default".into(),
+            warnings: vec![],
         }
     }
 
@@ -218,6 +229,7 @@ impl RoutingTable {
         let mut default_group: Option<String> = None;
         let mut first_group: Option<String> = None;
         let mut rules = Vec::new();
+        let mut warnings = Vec::new();
         for (file, spec) in &files {
             if let Some(d) = &spec.default_group {
                 if let Some(prev) = &default_group
@@ -261,14 +273,15 @@ impl RoutingTable {
                 let mut g = g.clone();
                 g.engines.retain(|e| configured.contains(&e.as_str()));
                 if g.engines.is_empty() {
-                    return Err(bad(
-                        file,
-                        format!(
-                            "group `{}`: none of its engines is configured here (configured: {})",
-                            g.name,
-                            configured.join(", ")
-                        ),
+                    // The same rules serve an embedded-only gateway and a full estate.
+                    let fallback = configured.first().copied().unwrap_or("datafusion");
+                    warnings.push(format!(
+                        "{}: group `{}`: none of {} is configured here; it runs on {fallback}",
+                        file.display(),
+                        g.name,
+                        spec_engines(&spec.groups, &g.name).join(", ")
                     ));
+                    g.engines = vec![fallback.to_string()];
                 }
                 first_group.get_or_insert_with(|| g.name.clone());
                 groups.insert(g.name.clone(), g);
@@ -336,10 +349,14 @@ impl RoutingTable {
                 reason: format!("default_group `{default_group}` is not a group"),
             });
         }
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
         Ok(Self {
             groups,
             rules,
             default_group,
+            warnings,
         })
     }
 
@@ -478,21 +495,12 @@ mod tests {
     }
 
     #[test]
-    fn unconfigured_engines_drop_out_and_empty_groups_are_errors() {
-        let t = table(
-            RULES
-                .replace(
-                    r#"engines = ["spark"]"#,
-                    r#"engines = ["spark", "datafusion"]"#,
-                )
-                .as_str(),
-            &["datafusion", "duckdb"],
-        )
-        .expect("valid");
+    fn unconfigured_engines_drop_out_and_empty_groups_fall_back() {
+        let t = table(RULES, &["datafusion", "duckdb"]).expect("valid");
         assert_eq!(t.groups["dashboards"].engines, vec!["duckdb"]);
-        let err = table(RULES, &["datafusion", "duckdb"]).expect_err("reprocess has no engine");
-        assert!(err.to_string().contains("reprocess"), "{err}");
-        assert!(err.to_string().contains("r.toml"), "{err}");
+        assert_eq!(t.groups["reprocess"].engines, vec!["datafusion"]);
+        assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
+        assert!(t.warnings[0].contains("reprocess") && t.warnings[0].contains("r.toml"));
     }
 
     #[test]

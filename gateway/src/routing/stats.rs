@@ -48,7 +48,10 @@ pub fn prior_ms(engine: &str, bytes: u64) -> f64 {
 /// Samples kept per key for percentiles.
 const WINDOW: usize = 64;
 /// Weight of a new sample in the moving average.
-const ALPHA: f64 = 0.2;
+const ALPHA: f64 = 0.3;
+/// Observations lose half their weight (against the prior) after this long unrefreshed, so
+/// an engine that was slow a while ago gets tried again.
+const HALF_LIFE: Duration = Duration::from_secs(20);
 /// Samples after which the observation outweighs the prior completely.
 const CONFIDENT: f64 = 5.0;
 /// Latency charged for a failure, in the expected-latency estimate.
@@ -64,6 +67,7 @@ pub struct Observed {
     /// Queries observed.
     pub count: u64,
     recent: VecDeque<f64>,
+    last: Option<Instant>,
 }
 
 impl Observed {
@@ -83,6 +87,7 @@ impl Observed {
             }
         }
         self.count += 1;
+        self.last = Some(Instant::now());
         if let Some(ms) = ms {
             if self.recent.len() == WINDOW {
                 self.recent.pop_front();
@@ -112,7 +117,7 @@ pub enum Breaker {
     Open {
         /// When a probe may go.
         until: Instant,
-        /// The current cool-down (doubles on each failed probe, up to a minute).
+        /// The current cool-down (doubles on each failed probe, up to 30 s).
         cooldown: Duration,
     },
     /// A probe is running.
@@ -132,6 +137,8 @@ struct EngineHealth {
 const TRIP_AFTER: u32 = 3;
 /// First cool-down.
 const COOLDOWN: Duration = Duration::from_secs(5);
+/// Longest cool-down after repeated failed probes.
+const MAX_COOLDOWN: Duration = Duration::from_secs(30);
 
 /// Everything observed, shared by all sessions.
 #[derive(Debug, Default)]
@@ -161,7 +168,7 @@ impl Stats {
             h.consecutive_failures += 1;
             h.breaker = match h.breaker {
                 Breaker::HalfOpen { cooldown } => {
-                    let cooldown = (cooldown * 2).min(Duration::from_secs(60));
+                    let cooldown = (cooldown * 2).min(MAX_COOLDOWN);
                     Breaker::Open {
                         until: Instant::now() + cooldown,
                         cooldown,
@@ -193,6 +200,12 @@ impl Stats {
         }
     }
 
+    /// Whether `engine`'s breaker is open and its cool-down has passed: the next query should
+    /// probe it.
+    pub fn probe_due(&self, engine: &str) -> bool {
+        matches!(self.breaker(engine), Breaker::Open { until, .. } if Instant::now() >= until)
+    }
+
     /// The breaker of `engine`, without changing it.
     pub fn breaker(&self, engine: &str) -> Breaker {
         self.health
@@ -215,13 +228,17 @@ impl Stats {
         match observed {
             None => (prior, 0),
             Some(o) => {
-                let w = (o.count as f64 / CONFIDENT).min(1.0);
+                let age = o.last.map_or(0.0, |t| t.elapsed().as_secs_f64());
+                let w = (o.count as f64 / CONFIDENT).min(1.0)
+                    * 0.5f64.powf(age / HALF_LIFE.as_secs_f64());
                 let latency = if o.ewma_ms > 0.0 {
                     w * o.ewma_ms + (1.0 - w) * prior
                 } else {
                     prior
                 };
-                (latency + (1.0 - o.success) * FAILURE_PENALTY_MS, o.count)
+                // Old failures fade like old latencies.
+                let penalty = (1.0 - o.success) * FAILURE_PENALTY_MS * w.max(0.05);
+                (latency + penalty, o.count)
             }
         }
     }
