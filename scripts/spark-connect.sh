@@ -150,6 +150,7 @@ cmd_start() {
       --conf spark.sql.warehouse.dir="$dir/tmp/spark-warehouse" \
       --conf spark.sql.catalogImplementation=in-memory \
       --conf spark.sql.session.timeZone=UTC \
+      --conf spark.sql.ansi.doubleQuotedIdentifiers=true \
       --conf spark.sql.shuffle.partitions=2 \
       --conf spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions \
       --conf "$c=org.apache.iceberg.spark.SparkCatalog" \

@@ -14,7 +14,6 @@ use async_trait::async_trait;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
-use tokio::sync::OnceCell;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 use tracing::debug;
@@ -44,7 +43,8 @@ pub struct SparkEngine {
     channel: Channel,
     session_id: String,
     /// Session settings applied once per Spark session (double-quoted identifiers).
-    configured: OnceCell<()>,
+    /// Reset when the server is unreachable: a restarted server has a fresh session.
+    configured: std::sync::atomic::AtomicBool,
 }
 
 /// Spark Connect messages (subset), see the module docs.
@@ -157,7 +157,7 @@ impl SparkEngine {
             options,
             channel,
             session_id: uuid::Uuid::new_v4().to_string(),
-            configured: OnceCell::new(),
+            configured: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -208,16 +208,18 @@ impl SparkEngine {
     }
 
     async fn configure(&self) -> Result<()> {
-        self.configured
-            .get_or_try_init(|| async {
-                self.run("SET spark.sql.ansi.doubleQuotedIdentifiers=true")
-                    .await
-            })
-            .await
-            .map(|_| ())
+        use std::sync::atomic::Ordering;
+        if !self.configured.load(Ordering::Acquire) {
+            self.run("SET spark.sql.ansi.doubleQuotedIdentifiers=true")
+                .await?;
+            self.configured.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> Error {
+        self.configured
+            .store(false, std::sync::atomic::Ordering::Release);
         Error::EngineUnavailable {
             engine: "spark".into(),
             reason: format!("{} ({e})", self.options.url),

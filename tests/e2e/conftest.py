@@ -94,3 +94,13 @@ def gateway(lake_dir):
         gw.proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         gw.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def engine_estate():
+    """PostgreSQL catalog, Trino, Spark Connect and a lakegate over them (cache off, versions
+    kept for an hour so a commit does not move the pin): started once for the whole run, only
+    if a test asks for it. See tests/fixtures/engine_estate.py."""
+    from engine_estate import running_estate
+    with running_estate(start_gateway, '[cache]\nenabled = false\nmax_staleness = "1h"\n') as e:
+        yield e

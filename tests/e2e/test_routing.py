@@ -1,0 +1,327 @@
+"""The router with real engines: rules pick groups (reloaded while connected), EXPLAIN ROUTE
+explains, observed latency picks the engine and follows it when an engine slows down for real
+(its process starved with SIGSTOP/SIGCONT), a killed engine fails over and its breaker lets it
+back in once it returns, and a flood in one group does not queue in front of another.
+
+Shares the engine estate (PostgreSQL catalog, Trino, Spark Connect) with test_engines.py; the
+tests that kill engines run last.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+RULES = """
+default_group = "app"
+
+[[group]]
+name = "app"
+engines = ["datafusion", "duckdb"]
+explore = 0.0
+
+[[group]]
+name = "remote"
+engines = ["spark", "trino"]
+explore = 0.02
+cache = false
+
+[[group]]
+name = "heavy"
+engines = ["trino"]
+max_concurrent = 1
+queue_length = 200
+queue_timeout = "300s"
+cache = false
+
+[[group]]
+name = "tiny"
+engines = ["datafusion"]
+max_concurrent = 1
+queue_length = 1
+queue_timeout = "1s"
+
+[[group]]
+name = "locked"
+engines = ["datafusion"]
+selectable = false
+
+[[group]]
+name = "dashboards"
+engines = ["duckdb"]
+
+[[rule]]
+name = "grafana"
+priority = 1
+group = "dashboards"
+match = { applications = ["Grafana*"] }
+
+[[rule]]
+name = "heavy-tag"
+priority = 2
+group = "heavy"
+match = { tags = ["heavy"] }
+"""
+
+
+@pytest.fixture(scope="module")
+def routed(engine_estate, tmp_path_factory):
+    rules = tmp_path_factory.mktemp("rules")
+    (rules / "rules.toml").write_text(RULES)
+    gw = engine_estate.lakegate("[cache]\nenabled = false\n", ["--rules-dir", str(rules)])
+    gw.rules = rules
+    return gw
+
+
+def connect(gw, **kwargs) -> psycopg.Connection:
+    return psycopg.connect(gw.dsn, autocommit=True, **kwargs)
+
+
+def explain(conn, sql: str) -> dict[str, str]:
+    return dict(conn.execute(f"EXPLAIN ROUTE {sql}").fetchall())
+
+
+def last_engines(conn, group: str, n: int) -> list[str]:
+    rows = conn.execute(
+        "SELECT engine FROM lakegate.queries WHERE routing_group = %s AND error IS NULL "
+        "ORDER BY query_id DESC LIMIT %s", (group, n)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_explain_route_shows_profile_rule_group_and_choice(routed):
+    with connect(routed, application_name="Grafana 11.2") as conn:
+        plan = explain(conn, "SELECT status, count(*) FROM typed WHERE price > 10 GROUP BY status")
+    assert plan["shape"] == "aggregate"
+    assert plan["tables"] == "public.typed"
+    assert plan["filter_columns"] == "price" and plan["group_columns"] == "status"
+    assert plan["rule"] == "grafana" and plan["group"] == "dashboards"
+    assert plan["snapshots"].startswith("public.typed@")
+    assert int(plan["scan_bytes"].split()[0]) > 0
+    assert plan["candidate 1"].startswith("duckdb expected_ms=")
+    assert plan["choice"] == "duckdb"
+    with connect(routed) as conn:
+        plan = explain(conn, "SELECT * FROM typed WHERE id = 7")
+        assert plan["shape"] == "point_lookup" and plan["group"] == "app"
+        assert plan["rule"] == "(none: default)"
+        # The query was only explained, not run.
+        assert conn.execute("SELECT count(*) FROM lakegate.queries "
+                            "WHERE query LIKE '%WHERE id = 7%'").fetchone() == (0,)
+
+
+def test_rules_reload_without_dropping_connections(routed):
+    path = Path(routed.rules) / "rules.toml"
+    with connect(routed, application_name="Grafana") as conn:
+        assert explain(conn, "SELECT count(*) FROM typed")["group"] == "dashboards"
+        try:
+            path.write_text(RULES.replace('group = "dashboards"\nmatch', 'group = "app"\nmatch'))
+            deadline = time.time() + 10
+            while explain(conn, "SELECT count(*) FROM typed")["group"] != "app":
+                assert time.time() < deadline, "rules were not reloaded"
+                time.sleep(0.2)
+            # A broken edit is refused; the rules in force stay and the connection lives on.
+            path.write_text(RULES.replace('engines = ["duckdb"]', 'engines = ["oracle"]'))
+            time.sleep(2)
+            assert explain(conn, "SELECT count(*) FROM typed")["group"] == "app"
+        finally:
+            path.write_text(RULES)
+        deadline = time.time() + 10
+        while explain(conn, "SELECT count(*) FROM typed")["group"] != "dashboards":
+            assert time.time() < deadline, "rules were not restored"
+            time.sleep(0.2)
+
+
+def test_sessions_choose_groups_where_the_rules_allow(routed):
+    with connect(routed) as conn:
+        conn.execute("SET lakegate.group = 'remote'")
+        assert conn.execute("SHOW lakegate.group").fetchone() == ("remote",)
+        assert explain(conn, "SELECT * FROM typed WHERE id = 1")["group"] == "remote"
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="no such group"):
+            conn.execute("SET lakegate.group = 'nope'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="do not let sessions"):
+            conn.execute("SET lakegate.group = 'locked'")
+    with connect(routed, options="-c lakegate.tag=heavy") as conn:
+        assert explain(conn, "SELECT count(*) FROM typed")["group"] == "heavy"
+
+
+def test_a_full_group_refuses_with_53300_instead_of_hanging(routed):
+    """Group `tiny`: one slot, one queue place. Three cursors hold/queue; the third is refused
+    at once."""
+    holders = [connect(routed) for _ in range(2)]
+    try:
+        for c in holders:
+            c.execute("SET lakegate.group = 'tiny'")
+        holders[0].execute("BEGIN")
+        # A cursor keeps its query (and its slot) open until closed.
+        holders[0].execute("DECLARE c1 CURSOR FOR SELECT * FROM typed")
+        waiter = threading.Thread(
+            target=lambda: holders[1].execute("SELECT count(*) FROM typed WHERE id > 1"))
+        waiter.start()
+        time.sleep(0.3)
+        with connect(routed) as third:
+            third.execute("SET lakegate.group = 'tiny'")
+            started = time.monotonic()
+            with pytest.raises(psycopg.Error) as refused:
+                third.execute("SELECT count(*) FROM typed WHERE id > 2")
+            assert time.monotonic() - started < 1.0
+        assert refused.value.sqlstate == "53300", refused.value
+        assert "tiny" in str(refused.value)
+        holders[0].execute("CLOSE c1")
+        holders[0].execute("COMMIT")
+        waiter.join(timeout=10)
+        assert not waiter.is_alive()
+    finally:
+        for c in holders:
+            c.close()
+
+
+class Throttle:
+    """Starves a process: stopped `fraction` of every 100 ms (a real slowdown of the engine)."""
+
+    def __init__(self, pid: int, fraction: float):
+        self.pid, self.fraction = pid, fraction
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.is_set():
+            os.kill(self.pid, signal.SIGSTOP)
+            time.sleep(0.1 * self.fraction)
+            os.kill(self.pid, signal.SIGCONT)
+            time.sleep(0.1 * (1 - self.fraction))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def lookups(conn, n: int, start: int = 0):
+    for i in range(n):
+        conn.execute("SELECT id, status FROM typed WHERE id = %s", ((start + i) % 500 + 1,))
+
+
+def test_router_sends_a_shape_to_the_faster_engine_and_follows_a_slowdown(engine_estate, routed):
+    with connect(routed) as conn:
+        conn.execute("SET lakegate.group = 'remote'")
+        # Spark starved: Trino is clearly faster for point lookups.
+        with Throttle(engine_estate.pid("spark"), 0.9):
+            lookups(conn, 12)
+            lookups(conn, 50, 100)
+            chosen = last_engines(conn, "remote", 50)
+        assert chosen.count("trino") >= 45, chosen
+        # Now Trino is starved and Spark is not: the router must move to Spark.
+        with Throttle(engine_estate.pid("trino"), 0.9):
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                lookups(conn, 5, 200)
+                if last_engines(conn, "remote", 10).count("spark") >= 9:
+                    break
+            lookups(conn, 20, 300)
+            chosen = last_engines(conn, "remote", 20)
+        assert chosen.count("spark") >= 18, chosen
+        stats = conn.execute("SELECT engine, queries, p50_ms FROM lakegate.routing "
+                             "WHERE shape = 'point_lookup'").fetchall()
+        assert {e for e, _, _ in stats} >= {"spark", "trino"}, stats
+
+
+def p95(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=20)[18]
+
+
+def timed_lookups(conn, n: int) -> list[float]:
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        conn.execute("SELECT id, status FROM typed WHERE id = %s", (i % 500 + 1,)).fetchall()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def test_a_flood_in_one_group_does_not_queue_in_front_of_another(routed):
+    """`heavy` (Trino, one slot, deep queue) is flooded by 6 clients; point lookups in `app`
+    (embedded engines) keep their latency: they never wait in heavy's queue."""
+    with connect(routed) as app:
+        app.execute("SET lakegate.group = 'app'")
+        timed_lookups(app, 20)
+        baseline = timed_lookups(app, 120)
+        stop = threading.Event()
+        done = []
+
+        def flood():
+            with connect(routed, options="-c lakegate.tag=heavy") as c:
+                while not stop.is_set():
+                    c.execute("SELECT count(*), max(a.id + b.id) FROM typed a JOIN typed b "
+                              "ON a.customer_id = b.customer_id").fetchall()
+                    done.append(1)
+
+        threads = [threading.Thread(target=flood) for _ in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(2)
+        try:
+            with connect(routed) as probe:
+                queued = probe.execute(
+                    "EXPLAIN ROUTE SELECT count(*) FROM typed").fetchall()  # still answers
+                assert queued
+            during = timed_lookups(app, 120)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=120)
+    assert done, "the flood ran"
+    base, flooded = p95(baseline), p95(during)
+    print(f"point lookup p95: alone {base:.1f} ms, during the flood {flooded:.1f} ms")
+    assert flooded <= base * 1.2 + 2.0, (base, flooded)
+
+
+def test_a_killed_engine_fails_over_and_its_breaker_lets_it_back(engine_estate, routed):
+    with connect(routed) as conn:
+        conn.execute("SET lakegate.group = 'remote'")
+        lookups(conn, 5)
+        os.kill(engine_estate.pid("spark"), signal.SIGKILL)
+        # Every query still succeeds: Spark fails before answering, Trino answers.
+        lookups(conn, 15, 50)
+        breaker = conn.execute("SELECT DISTINCT breaker FROM lakegate.routing "
+                               "WHERE engine = 'spark'").fetchall()
+        assert ("open",) in breaker or ("probe",) in breaker, breaker
+        assert set(last_engines(conn, "remote", 10)) == {"trino"}
+        engine_estate.restart("spark")
+        deadline = time.time() + 120
+        while "spark" not in last_engines(conn, "remote", 3):
+            assert time.time() < deadline, "spark was never let back in"
+            lookups(conn, 1, 400)
+            time.sleep(0.5)
+        assert conn.execute("SELECT DISTINCT breaker FROM lakegate.routing "
+                            "WHERE engine = 'spark'").fetchall() == [("closed",)]
+
+
+def pin(estate, engine: str) -> psycopg.Connection:
+    return psycopg.connect(estate.gateway.dsn, autocommit=True,
+                           options=f"-c lakegate.engine={engine}")
+
+
+@pytest.mark.parametrize("engine", ["trino", "spark"])
+def test_a_killed_pinned_engine_fails_fast_and_the_rest_keeps_serving(engine_estate, engine):
+    os.kill(engine_estate.pid(engine), signal.SIGKILL)
+    time.sleep(0.5)
+    with pin(engine_estate, engine) as conn:
+        started = time.monotonic()
+        with pytest.raises(psycopg.Error) as failed:
+            conn.execute("SELECT count(*) FROM typed")
+        elapsed = time.monotonic() - started
+    assert elapsed < 10, f"{engine} down took {elapsed:.1f}s to report"
+    assert failed.value.sqlstate == "58000", failed.value.sqlstate
+    assert engine in str(failed.value) and "unavailable" in str(failed.value)
+    for other in ["datafusion", "duckdb"]:
+        with pin(engine_estate, other) as conn:
+            assert conn.execute("SELECT count(*) FROM typed").fetchone() == (500,)
