@@ -33,6 +33,12 @@ explore = 0.02
 cache = false
 
 [[group]]
+name = "failover"
+engines = ["spark", "trino"]
+explore = 0.2
+cache = false
+
+[[group]]
 name = "heavy"
 engines = ["trino"]
 max_concurrent = 1
@@ -90,6 +96,7 @@ def explain(conn, sql: str) -> dict[str, str]:
 def last_engines(conn, group: str, n: int) -> list[str]:
     rows = conn.execute(
         "SELECT engine FROM lakegate.queries WHERE routing_group = %s AND error IS NULL "
+        "AND shape <> 'metadata' "
         "ORDER BY query_id DESC LIMIT %s", (group, n)).fetchall()
     return [r[0] for r in rows]
 
@@ -247,9 +254,29 @@ def timed_lookups(conn, n: int) -> list[float]:
     return out
 
 
-def test_a_flood_in_one_group_does_not_queue_in_front_of_another(routed):
+def pin_cpus(pid: int, cpus: str) -> None:
+    import subprocess
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True,
+                   capture_output=True)
+
+
+def test_a_flood_in_one_group_does_not_queue_in_front_of_another(engine_estate, routed):
     """`heavy` (Trino, one slot, deep queue) is flooded by 6 clients; point lookups in `app`
-    (embedded engines) keep their latency: they never wait in heavy's queue."""
+    (embedded engines) keep their latency: they never wait in heavy's queue.
+
+    In production Trino runs on its own hosts; on this 2-core box Trino and the gateway get one
+    core each for the test, so what is measured is lakegate's queueing, not CPU sharing."""
+    trino, gateway = engine_estate.pid("trino"), routed.proc.pid
+    pin_cpus(trino, "1")
+    pin_cpus(gateway, "0")
+    try:
+        flood_and_measure(routed)
+    finally:
+        pin_cpus(trino, "0,1")
+        pin_cpus(gateway, "0,1")
+
+
+def flood_and_measure(routed):
     with connect(routed) as app:
         app.execute("SET lakegate.group = 'app'")
         timed_lookups(app, 20)
@@ -286,18 +313,20 @@ def test_a_flood_in_one_group_does_not_queue_in_front_of_another(routed):
 
 def test_a_killed_engine_fails_over_and_its_breaker_lets_it_back(engine_estate, routed):
     with connect(routed) as conn:
-        conn.execute("SET lakegate.group = 'remote'")
-        lookups(conn, 5)
+        conn.execute("SET lakegate.group = 'failover'")
+        lookups(conn, 10)
         os.kill(engine_estate.pid("spark"), signal.SIGKILL)
-        # Every query still succeeds: Spark fails before answering, Trino answers.
-        lookups(conn, 15, 50)
-        breaker = conn.execute("SELECT DISTINCT breaker FROM lakegate.routing "
-                               "WHERE engine = 'spark'").fetchall()
-        assert ("open",) in breaker or ("probe",) in breaker, breaker
-        assert set(last_engines(conn, "remote", 10)) == {"trino"}
+        # Every query still succeeds: when Spark is tried it fails before answering and Trino
+        # answers; after three failures in a row its breaker opens and it is skipped.
+        lookups(conn, 40, 50)
+        spark = conn.execute("SELECT breaker, success_rate FROM lakegate.routing "
+                             "WHERE engine = 'spark' AND shape = 'point_lookup'").fetchone()
+        assert spark[0] in ("open", "probe", "half-open"), spark
+        assert spark[1] < 1.0, spark
+        assert set(last_engines(conn, "failover", 10)) == {"trino"}
         engine_estate.restart("spark")
-        deadline = time.time() + 120
-        while "spark" not in last_engines(conn, "remote", 3):
+        deadline = time.time() + 150
+        while "spark" not in last_engines(conn, "failover", 3):
             assert time.time() < deadline, "spark was never let back in"
             lookups(conn, 1, 400)
             time.sleep(0.5)
