@@ -35,6 +35,27 @@ pub struct Config {
     pub spark: SparkConfig,
     /// Routing groups and rules.
     pub routing: RoutingConfig,
+    /// The query history.
+    pub history: HistoryConfig,
+}
+
+/// `[history]`: the query history (`lakegate.queries`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Queries kept (default 10000).
+    pub capacity: usize,
+    /// JSON-lines file that keeps the history across restarts; empty: memory only.
+    pub path: String,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 10_000,
+            path: String::new(),
+        }
+    }
 }
 
 /// `[routing]`: where the routing groups and rules are.

@@ -58,7 +58,18 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         &engines.default,
     )?);
     router.spawn_reload();
-    let history = Arc::new(QueryHistory::new(10_000));
+    let history = Arc::new(if config.history.path.is_empty() {
+        QueryHistory::new(config.history.capacity)
+    } else {
+        QueryHistory::persistent(
+            config.history.capacity,
+            std::path::Path::new(&config.history.path),
+        )
+        .map_err(|e| Error::Config {
+            setting: "history.path".into(),
+            reason: format!("{}: {e}", config.history.path),
+        })?
+    });
     Ok(Arc::new(GatewayService::new(
         lake,
         engines,

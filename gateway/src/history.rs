@@ -47,21 +47,118 @@ pub struct QueryRecord {
     pub error: Option<String>,
 }
 
+fn to_json(r: &QueryRecord) -> String {
+    serde_json::json!({
+        "id": r.id, "started_us": r.started_us, "user": r.user, "sql": r.sql,
+        "snapshots": r.snapshots, "cache": r.cache, "engine": r.engine, "shape": r.shape,
+        "group": r.group, "rows": r.rows, "millis": r.millis, "error": r.error,
+    })
+    .to_string()
+}
+
+fn from_json(line: &str) -> Option<QueryRecord> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let text = |k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let interned = |k: &str, set: &[&'static str]| {
+        let value = v.get(k).and_then(|x| x.as_str()).unwrap_or_default();
+        set.iter().find(|s| **s == value).copied().unwrap_or("")
+    };
+    let shapes = crate::profile::Shape::ALL.map(crate::profile::Shape::name);
+    Some(QueryRecord {
+        id: v.get("id")?.as_u64()?,
+        started_us: v.get("started_us")?.as_i64()?,
+        user: text("user"),
+        sql: text("sql"),
+        snapshots: text("snapshots"),
+        cache: match interned("cache", CACHE_OUTCOMES) {
+            "" => "off",
+            c => c,
+        },
+        engine: text("engine"),
+        shape: interned("shape", &shapes),
+        group: text("group"),
+        rows: v.get("rows").and_then(|x| x.as_u64()).unwrap_or(0),
+        millis: v.get("millis").and_then(|x| x.as_f64()).unwrap_or(0.0),
+        error: v.get("error").and_then(|x| x.as_str()).map(str::to_string),
+    })
+}
+
 /// The bounded history.
 pub struct QueryHistory {
     capacity: usize,
     next: AtomicU64,
     entries: Mutex<VecDeque<QueryRecord>>,
+    /// Appends finished records to the history file, off the query path.
+    file: Option<std::sync::mpsc::Sender<String>>,
 }
 
+/// Interned values of the `&'static str` fields, for records read back from a file.
+const CACHE_OUTCOMES: &[&str] = &["hit", "miss", "join", "bypass", "too_large", "off"];
+
 impl QueryHistory {
-    /// A history keeping the last `capacity` queries.
+    /// A history keeping the last `capacity` queries in memory only.
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
             next: AtomicU64::new(1),
             entries: Mutex::new(VecDeque::new()),
+            file: None,
         }
+    }
+
+    /// A history that survives restarts: the last `capacity` records of `path` (JSON lines)
+    /// are loaded, and every finished query is appended by a writer thread. The file is
+    /// rewritten with only the kept records at load, so it stays bounded.
+    ///
+    /// # Errors
+    /// The file cannot be created or rewritten.
+    pub fn persistent(capacity: usize, path: &std::path::Path) -> std::io::Result<Self> {
+        use std::io::{BufRead, Write};
+        let mut history = Self::new(capacity);
+        let mut kept: VecDeque<QueryRecord> = VecDeque::new();
+        if let Ok(file) = std::fs::File::open(path) {
+            for line in std::io::BufReader::new(file).lines().map_while(|l| l.ok()) {
+                if let Some(r) = from_json(&line) {
+                    if kept.len() >= history.capacity {
+                        kept.pop_front();
+                    }
+                    kept.push_back(r);
+                }
+            }
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let tmp = path.with_extension("tmp");
+        {
+            let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            for r in &kept {
+                writeln!(out, "{}", to_json(r))?;
+            }
+            out.flush()?;
+        }
+        std::fs::rename(&tmp, path)?;
+        let next = kept.back().map_or(1, |r| r.id + 1);
+        history.next = AtomicU64::new(next);
+        *history.entries.lock().unwrap_or_else(|p| p.into_inner()) = kept;
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let mut out = std::fs::OpenOptions::new().append(true).open(path)?;
+        std::thread::Builder::new()
+            .name("lakegate-history".into())
+            .spawn(move || {
+                while let Ok(line) = rx.recv() {
+                    if writeln!(out, "{line}").is_err() {
+                        tracing::warn!("query history file: write failed");
+                    }
+                }
+            })?;
+        history.file = Some(tx);
+        Ok(history)
     }
 
     /// Starts a record for a query that begins now.
@@ -97,6 +194,9 @@ impl QueryHistory {
     }
 
     fn push(&self, record: QueryRecord) {
+        if let Some(file) = &self.file {
+            let _ = file.send(to_json(&record));
+        }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if entries.len() >= self.capacity {
             entries.pop_front();

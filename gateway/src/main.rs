@@ -162,6 +162,7 @@ async fn run() -> anyhow::Result<()> {
             no_serve,
             flags,
         } => {
+            let history = dir.join("history.jsonl");
             let lake = demo::create(&demo::DemoOptions {
                 dir,
                 order_commits,
@@ -180,7 +181,15 @@ async fn run() -> anyhow::Result<()> {
             overrides.catalog_uri.get_or_insert(lake.uri);
             overrides.warehouse.get_or_insert(lake.warehouse);
             overrides.catalog_name.get_or_insert(lake.name);
-            Config::load(None, &overrides)?
+            // The example routing rules when run from the repository.
+            if overrides.rules_dir.is_none() && std::path::Path::new("routing-rules").is_dir() {
+                overrides.rules_dir = Some("routing-rules".into());
+            }
+            let mut config = Config::load(None, &overrides)?;
+            if config.history.path.is_empty() {
+                config.history.path = history.display().to_string();
+            }
+            config
         }
     };
     let gateway = Gateway::build(config).await?;
