@@ -35,7 +35,7 @@ cache = false
 [[group]]
 name = "failover"
 engines = ["spark", "trino"]
-explore = 0.2
+explore = 0.0
 cache = false
 
 [[group]]
@@ -312,24 +312,24 @@ def flood_and_measure(routed):
 
 
 def test_a_killed_engine_fails_over_and_its_breaker_lets_it_back(engine_estate, routed):
-    with connect(routed) as conn:
+    """Trino is starved, so Spark is the engine of choice; Spark is killed mid-workload."""
+    with connect(routed) as conn, Throttle(engine_estate.pid("trino"), 0.9):
         conn.execute("SET lakegate.group = 'failover'")
-        lookups(conn, 10)
+        lookups(conn, 8)
+        assert last_engines(conn, "failover", 3) == ["spark"] * 3
         os.kill(engine_estate.pid("spark"), signal.SIGKILL)
-        # Every query still succeeds: when Spark is tried it fails before answering and Trino
-        # answers; after three failures in a row its breaker opens and it is skipped.
-        lookups(conn, 40, 50)
-        spark = conn.execute("SELECT breaker, success_rate FROM lakegate.routing "
+        # Every query still succeeds: Spark fails before answering and Trino answers; after
+        # three failures in a row Spark's breaker opens and it is skipped.
+        lookups(conn, 5, 50)
+        spark = conn.execute("SELECT breaker FROM lakegate.routing "
                              "WHERE engine = 'spark' AND shape = 'point_lookup'").fetchone()
-        assert spark[0] in ("open", "probe", "half-open"), spark
-        assert spark[1] < 1.0, spark
-        assert set(last_engines(conn, "failover", 10)) == {"trino"}
+        assert spark[0] in ("open", "probe"), spark
+        assert set(last_engines(conn, "failover", 5)) == {"trino"}
         engine_estate.restart("spark")
-        deadline = time.time() + 150
-        while "spark" not in last_engines(conn, "failover", 3):
+        deadline = time.time() + 120
+        while "spark" not in last_engines(conn, "failover", 2):
             assert time.time() < deadline, "spark was never let back in"
             lookups(conn, 1, 400)
-            time.sleep(0.5)
         assert conn.execute("SELECT DISTINCT breaker FROM lakegate.routing "
                             "WHERE engine = 'spark'").fetchall() == [("closed",)]
 

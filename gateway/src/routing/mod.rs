@@ -25,6 +25,11 @@ use admission::Admission;
 use rules::{Asker, GroupSpec, RoutingTable};
 use stats::{Breaker, Stats, size_bucket};
 
+/// A candidate with fewer observations than this may be explored whatever its estimate.
+const MIN_SAMPLES: u64 = 3;
+/// Otherwise only candidates expected within this factor of the best are explored.
+const EXPLORE_WITHIN: f64 = 4.0;
+
 /// One candidate engine for a statement, with what the router expects of it.
 #[derive(Debug, Clone)]
 pub struct Candidate {
@@ -181,16 +186,25 @@ impl Router {
                 .then((a.breaker == "open").cmp(&(b.breaker == "open")))
                 .then(a.expected_ms.total_cmp(&b.expected_ms))
         });
+        // Explore only what could plausibly win or is barely known: sending a 5 ms lookup to
+        // a 200 ms engine "to learn" costs more than it teaches.
         let mut explored = false;
-        let others = candidates
+        let best = candidates.first().map_or(0.0, |c| c.expected_ms);
+        let eligible: Vec<usize> = candidates
             .iter()
+            .enumerate()
             .skip(1)
-            .filter(|c| c.breaker != "open")
-            .count();
+            .filter(|(_, c)| {
+                c.breaker != "open"
+                    && (c.samples < MIN_SAMPLES || c.expected_ms <= best * EXPLORE_WITHIN)
+            })
+            .map(|(i, _)| i)
+            .collect();
         let probing = candidates.first().is_some_and(|c| c.breaker == "probe");
-        if !probing && others > 0 && group.explore > 0.0 && self.random() < group.explore {
-            let pick = 1 + (self.random() * others as f64) as usize % others;
-            let chosen = candidates.remove(pick.min(candidates.len() - 1));
+        if !probing && !eligible.is_empty() && group.explore > 0.0 && self.random() < group.explore
+        {
+            let pick = eligible[(self.random() * eligible.len() as f64) as usize % eligible.len()];
+            let chosen = candidates.remove(pick);
             candidates.insert(0, chosen);
             explored = true;
         }

@@ -55,7 +55,7 @@ const HALF_LIFE: Duration = Duration::from_secs(20);
 /// Samples after which the observation outweighs the prior completely.
 const CONFIDENT: f64 = 5.0;
 /// Latency charged for a failure, in the expected-latency estimate.
-const FAILURE_PENALTY_MS: f64 = 5_000.0;
+const FAILURE_PENALTY_MS: f64 = 1_000.0;
 
 /// Observations for one (engine, shape, bucket).
 #[derive(Debug, Clone, Default)]
