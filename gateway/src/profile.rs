@@ -149,6 +149,17 @@ impl QueryProfile {
     }
 }
 
+/// The WHERE of a plain `SELECT ... FROM t WHERE ...` (the top-level select), if any.
+pub fn top_where(statement: &Statement) -> Option<&Expr> {
+    let Statement::Query(q) = statement else {
+        return None;
+    };
+    match q.body.as_ref() {
+        SetExpr::Select(select) => select.selection.as_ref(),
+        _ => None,
+    }
+}
+
 /// Functions that make a query an aggregate.
 const AGGREGATES: &[&str] = &[
     "count",

@@ -16,6 +16,7 @@ use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::StreamExt;
 use lakegate_engines::datafusion_engine::DataFusionEngine;
 use lakegate_engines::engine::Described;
+use lakegate_engines::lake::estimate;
 use lakegate_engines::{Engine, EngineRef, EngineRequest, Lake, Pins, Settings};
 use sync_wrapper::SyncWrapper;
 use tracing::{debug, instrument, warn};
@@ -416,7 +417,7 @@ impl GatewayService {
             refs.lake
                 .iter()
                 .filter_map(|(s, t)| self.lake.peek(s, t))
-                .map(|t| scan_estimate(&t))
+                .map(|t| estimate::total_bytes(&t))
                 .sum(),
         );
         let asker = Asker {
@@ -430,7 +431,7 @@ impl GatewayService {
         let resolved = self
             .resolve_refs(&refs, decision.group.max_staleness)
             .await?;
-        profile.scan_bytes = Some(resolved.pins.iter().map(|(_, t)| scan_estimate(t)).sum());
+        profile.scan_bytes = Some(self.scan_estimate(statement, &resolved.pins).await);
         let (candidates, explored) = self.router.order(
             &decision.group,
             profile.shape,
@@ -459,6 +460,34 @@ impl GatewayService {
             engines,
             how,
         })
+    }
+
+    /// The bytes a query scans: the pinned snapshots' data files, pruned by the WHERE of a
+    /// single-table query when that can matter for routing (tables past the smallest size
+    /// bucket; planning is capped at 200 ms, else the unpruned size stands).
+    async fn scan_estimate(&self, statement: &Statement, pins: &Pins) -> u64 {
+        let total: u64 = pins.iter().map(|(_, t)| estimate::total_bytes(t)).sum();
+        let mut tables = pins.iter();
+        let (Some((_, table)), None) = (tables.next(), tables.next()) else {
+            return total;
+        };
+        if crate::routing::stats::size_bucket(total) == 0 {
+            return total;
+        }
+        let Some(filter) = crate::profile::top_where(statement)
+            .and_then(|w| estimate::predicate(w, table.table.metadata().current_schema()))
+        else {
+            return total;
+        };
+        match tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            estimate::pruned_bytes(table, filter),
+        )
+        .await
+        {
+            Ok(Ok(bytes)) => bytes,
+            _ => total,
+        }
     }
 
     /// Runs a routed query: in the group's slots (lake queries), on the first engine that
@@ -536,6 +565,12 @@ impl GatewayService {
                     if routed.how != "routed" {
                         break;
                     }
+                }
+                // The planner accepted this statement, so another engine refusing it is a gap
+                // in that engine's SQL, not the client's mistake: let the next candidate try.
+                Err(e) if routed.how == "routed" && !is_planner && i + 1 < count => {
+                    debug!(engine = %name, error = %e, "engine refused a planned statement: next candidate");
+                    last.get_or_insert(e);
                 }
                 Err(e) => return Err(e),
             }
@@ -1190,17 +1225,6 @@ fn explain_route_schema() -> SchemaRef {
         Field::new("item", DataType::Utf8, false),
         Field::new("value", DataType::Utf8, false),
     ]))
-}
-
-/// The bytes a table's pinned snapshot holds in data files (its summary's `total-files-size`).
-fn scan_estimate(table: &lakegate_engines::ResolvedTable) -> u64 {
-    table
-        .table
-        .metadata()
-        .current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get("total-files-size"))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Whether an error is the engine's fault (unreachable, broken) rather than the statement's:

@@ -184,5 +184,6 @@ def test_query_history_shows_the_snapshots_that_answered(gateway, lake_dir):
         ).fetchall()
     assert [r[0] for r in rows[-2:]] == ["miss", "hit"]
     assert all(r[1] == f"public.cache_hist@{snapshot}" for r in rows[-2:])
-    assert rows[-2][2] == "datafusion" and rows[-1][2] == ""
+    # The miss ran on an engine the router chose; the hit ran on none.
+    assert rows[-2][2] in ("datafusion", "duckdb") and rows[-1][2] == ""
     assert rows[-1][3] == 1

@@ -33,6 +33,11 @@ explore = 0.02
 cache = false
 
 [[group]]
+name = "gap"
+engines = ["duckdb", "datafusion"]
+explore = 0.0
+
+[[group]]
 name = "failover"
 engines = ["spark", "trino"]
 explore = 0.0
@@ -187,6 +192,19 @@ def test_a_full_group_refuses_with_53300_instead_of_hanging(routed):
             c.close()
 
 
+def test_a_statement_one_engine_cannot_run_goes_to_the_next_candidate(routed):
+    """DuckDB has no initcap(); the planner (DataFusion) accepted the statement, so the group's
+    next candidate answers instead of the client getting DuckDB's error."""
+    with connect(routed) as conn:
+        conn.execute("SET lakegate.group = 'gap'")
+        assert explain(conn, "SELECT initcap(note) FROM typed WHERE id = 4")["choice"] == "duckdb"
+        assert conn.execute("SELECT initcap(note) FROM typed WHERE id = 4").fetchone() == ("Plain",)
+        assert last_engines(conn, "gap", 1) == ["datafusion"]
+        # A statement no engine can run still gets one clear error.
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            conn.execute("SELECT no_such_column FROM typed")
+
+
 class Throttle:
     """Starves a process: stopped `fraction` of every 100 ms (a real slowdown of the engine)."""
 
@@ -332,6 +350,37 @@ def test_a_killed_engine_fails_over_and_its_breaker_lets_it_back(engine_estate, 
             lookups(conn, 1, 400)
         assert conn.execute("SELECT DISTINCT breaker FROM lakegate.routing "
                             "WHERE engine = 'spark'").fetchall() == [("closed",)]
+
+
+def test_scan_estimate_is_pruned_by_the_partition_filter(engine_estate, routed):
+    """A 10-day partitioned table of ~25 MB: a one-day filter is estimated at about a tenth."""
+    import datetime as dt
+    import pyarrow as pa
+    import warehouse as wh
+    from pyiceberg.transforms import IdentityTransform
+    cat = engine_estate.catalog
+    schema = wh.Schema(
+        wh.NestedField(1, "day", wh.DateType(), required=False),
+        wh.NestedField(2, "payload", wh.StringType(), required=False),
+    )
+    spec = wh.PartitionSpec(wh.PartitionField(source_id=1, field_id=1000,
+                                              transform=IdentityTransform(), name="day"))
+    table = cat.create_table("public.big_parts", schema=schema, partition_spec=spec)
+    rows = 10 * 1250
+    table.append(pa.table({
+        "day": pa.array([dt.date(2024, 3, 1) + dt.timedelta(days=i % 10) for i in range(rows)],
+                        pa.date32()),
+        "payload": pa.array([os.urandom(2000).hex() for _ in range(rows)], pa.string()),
+    }))
+    with connect(routed) as conn:
+        total = int(explain(conn, "SELECT count(*) FROM big_parts")["scan_bytes"].split()[0])
+        one_day = int(explain(conn, "SELECT count(*) FROM big_parts WHERE day = '2024-03-04'")
+                      ["scan_bytes"].split()[0])
+        unprunable = int(explain(conn, "SELECT count(*) FROM big_parts WHERE length(payload) > 1")
+                         ["scan_bytes"].split()[0])
+    assert total > 16 << 20, total
+    assert total / 14 < one_day < total / 7, (total, one_day)
+    assert unprunable == total
 
 
 def pin(estate, engine: str) -> psycopg.Connection:

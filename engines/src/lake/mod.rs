@@ -5,6 +5,7 @@
 //! any writer is visible to the very next query; parsed metadata is cached by location, so an
 //! unchanged table costs no metadata read.
 
+pub mod estimate;
 mod tokens;
 
 use std::collections::{BTreeMap, HashMap};
