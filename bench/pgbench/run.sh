@@ -44,7 +44,7 @@ su postgres -c "$PGBIN/pg_ctl -D $WORK/pg -w -l $WORK/pg.log -o '-p $PGPORT -k $
 psql -X -q -h 127.0.0.1 -p $PGPORT -U postgres -c "CREATE TABLE accounts (aid bigint PRIMARY KEY, bid int, abalance int, filler text)" \
   -c "\\copy accounts FROM '$WORK/lake/accounts.csv' CSV" -c "VACUUM ANALYZE accounts"
 
-target/debug/lakegate serve $FLAGS --pg-listen 127.0.0.1:0 --flight-listen 127.0.0.1:0 > "$WORK/lg.out" 2> "$WORK/lg.err" &
+target/debug/lakegate serve $FLAGS --pg-listen 127.0.0.1:0 --flight-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 > "$WORK/lg.out" 2> "$WORK/lg.err" &
 LG_PID=$!
 for _ in $(seq 100); do grep -q "listening" "$WORK/lg.out" 2>/dev/null && break; sleep 0.1; done
 LGPORT=$(sed -n 's/.*pg=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/lg.out")

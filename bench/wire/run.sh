@@ -24,7 +24,7 @@ echo "== in-process (query service, no wire)"
 LOCAL=$(target/debug/lakegate exec $FLAGS --sql "$SQL")
 echo "$LOCAL"
 
-target/debug/lakegate serve $FLAGS --pg-listen 127.0.0.1:0 --flight-listen 127.0.0.1:0 > "$WORK/lg.out" 2> "$WORK/lg.err" &
+target/debug/lakegate serve $FLAGS --pg-listen 127.0.0.1:0 --flight-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 > "$WORK/lg.out" 2> "$WORK/lg.err" &
 LG_PID=$!
 for _ in $(seq 100); do grep -q listening "$WORK/lg.out" 2>/dev/null && break; sleep 0.1; done
 PG=$(sed -n 's/.*pg=[0-9.]*:\([0-9]*\).*/\1/p' "$WORK/lg.out")

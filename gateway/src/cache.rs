@@ -237,20 +237,8 @@ impl ResultCache {
 
     /// `lakegate.cache_stats`: one row per counter.
     pub async fn stats_batch(&self, tokens: &lakegate_engines::lake::TokenStats) -> RecordBatch {
-        // moka counts entries lazily; settle them so the numbers are current.
-        self.store.run_pending_tasks().await;
-        let s = &self.stats;
-        let rows: [(&str, u64); 13] = [
-            ("hits", s.hits.load(Ordering::Relaxed)),
-            ("misses", s.misses.load(Ordering::Relaxed)),
-            ("single_flight_joins", s.joins.load(Ordering::Relaxed)),
-            ("executions", s.executions.load(Ordering::Relaxed)),
-            ("too_large", s.too_large.load(Ordering::Relaxed)),
-            ("bypassed", s.bypassed.load(Ordering::Relaxed)),
-            ("entries", self.store.entry_count()),
-            ("bytes", self.store.weighted_size()),
-            ("max_bytes", self.config.max_bytes),
-            ("evictions", s.evictions.load(Ordering::Relaxed)),
+        let mut rows = self.stats_values().await;
+        rows.extend([
             ("token_lookups", tokens.lookups.load(Ordering::Relaxed)),
             (
                 "token_lookup_micros_total",
@@ -260,7 +248,7 @@ impl ResultCache {
                 "token_reused_within_staleness",
                 tokens.reused.load(Ordering::Relaxed),
             ),
-        ];
+        ]);
         let schema = Arc::new(Schema::new(vec![
             Field::new("name", DataType::Utf8, false),
             Field::new("value", DataType::Int64, false),
@@ -272,6 +260,24 @@ impl ResultCache {
             .collect();
         RecordBatch::try_new(schema.clone(), vec![Arc::new(names), Arc::new(values)])
             .unwrap_or_else(|_| RecordBatch::new_empty(schema))
+    }
+
+    /// The cache's counters and sizes by name (settled first: moka counts lazily).
+    pub async fn stats_values(&self) -> Vec<(&'static str, u64)> {
+        self.store.run_pending_tasks().await;
+        let s = &self.stats;
+        vec![
+            ("hits", s.hits.load(Ordering::Relaxed)),
+            ("misses", s.misses.load(Ordering::Relaxed)),
+            ("single_flight_joins", s.joins.load(Ordering::Relaxed)),
+            ("executions", s.executions.load(Ordering::Relaxed)),
+            ("too_large", s.too_large.load(Ordering::Relaxed)),
+            ("bypassed", s.bypassed.load(Ordering::Relaxed)),
+            ("entries", self.store.entry_count()),
+            ("bytes", self.store.weighted_size()),
+            ("max_bytes", self.config.max_bytes),
+            ("evictions", s.evictions.load(Ordering::Relaxed)),
+        ]
     }
 }
 

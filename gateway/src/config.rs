@@ -37,6 +37,24 @@ pub struct Config {
     pub routing: RoutingConfig,
     /// The query history.
     pub history: HistoryConfig,
+    /// Metrics and the admin API.
+    pub http: HttpConfig,
+}
+
+/// `[http]`: Prometheus metrics and the JSON admin API.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address to listen on (default `127.0.0.1:8080`).
+    pub listen: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+        }
+    }
 }
 
 /// `[history]`: the query history (`lakegate.queries`).
@@ -268,6 +286,8 @@ pub struct Overrides {
     pub engine: Option<String>,
     /// `--rules-dir`
     pub rules_dir: Option<String>,
+    /// `--http-listen`
+    pub http_listen: Option<String>,
 }
 
 impl Config {
@@ -332,6 +352,9 @@ impl Config {
         if let Some(v) = &o.rules_dir {
             self.routing.rules_dir = v.clone();
         }
+        if let Some(v) = &o.http_listen {
+            self.http.listen = v.clone();
+        }
     }
 
     /// Checks every setting that can be checked without connecting.
@@ -369,6 +392,7 @@ impl Config {
         }
         self.pg_listen_addr()?;
         self.flight_listen_addr()?;
+        self.http_listen_addr()?;
         if self.pg.database.trim().is_empty() {
             return Err(bad("pg.database", "must not be empty".into()));
         }
@@ -424,6 +448,20 @@ impl Config {
             reason: format!(
                 "`{}` is not an address: use IP:PORT, e.g. 127.0.0.1:32010 (flag --flight-listen)",
                 self.flight.listen
+            ),
+        })
+    }
+
+    /// The HTTP listen address, parsed.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for `http.listen` when it is not `host:port`.
+    pub fn http_listen_addr(&self) -> Result<SocketAddr> {
+        self.http.listen.parse().map_err(|_| Error::Config {
+            setting: "http.listen".into(),
+            reason: format!(
+                "`{}` is not an address: use IP:PORT, e.g. 127.0.0.1:8080 (flag --http-listen)",
+                self.http.listen
             ),
         })
     }

@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 use crate::frontend::flight::{FlightServer, FlightSqlFrontend};
 use crate::frontend::pg::{PgHandlers, PgServer};
 use crate::history::QueryHistory;
+use crate::http::HttpServer;
+use crate::metrics::Metrics;
 use crate::routing::Router;
 use crate::service::{Engines, GatewayService};
 
@@ -216,6 +218,8 @@ pub struct Gateway {
     pg_addr: SocketAddr,
     flight: FlightServer,
     flight_addr: SocketAddr,
+    http: HttpServer,
+    http_addr: SocketAddr,
 }
 
 impl Gateway {
@@ -240,6 +244,23 @@ impl Gateway {
             addr: config.flight.listen.clone(),
             source,
         })?;
+        let metrics = Arc::new(Metrics::new().map_err(|e| Error::Config {
+            setting: "http".into(),
+            reason: e.to_string(),
+        })?);
+        service.history().set_metrics(metrics.clone());
+        let http = HttpServer::bind(
+            config.http_listen_addr()?,
+            &config.http.listen,
+            service.clone(),
+            metrics,
+        )
+        .await?;
+        let http_addr = http.local_addr().map_err(|source| Error::Bind {
+            setting: "http.listen",
+            addr: config.http.listen.clone(),
+            source,
+        })?;
         let handlers = PgHandlers::new(service, config.pg.default_schema.clone());
         let pg = PgServer::bind(config.pg_listen_addr()?, handlers).await?;
         let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
@@ -252,12 +273,19 @@ impl Gateway {
             pg_addr,
             flight,
             flight_addr,
+            http,
+            http_addr,
         })
     }
 
     /// The Flight SQL endpoint's bound address.
     pub fn flight_addr(&self) -> SocketAddr {
         self.flight_addr
+    }
+
+    /// The HTTP (metrics, admin API) endpoint's bound address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
     }
 
     /// The Postgres endpoint's bound address.
@@ -267,7 +295,11 @@ impl Gateway {
 
     /// Serves until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
-        info!(pg = %self.pg_addr, flight = %self.flight_addr, "lakegate serving");
-        tokio::join!(self.pg.run(shutdown.clone()), self.flight.run(shutdown));
+        info!(pg = %self.pg_addr, flight = %self.flight_addr, http = %self.http_addr, "lakegate serving");
+        tokio::join!(
+            self.pg.run(shutdown.clone()),
+            self.flight.run(shutdown.clone()),
+            self.http.run(shutdown)
+        );
     }
 }

@@ -27,6 +27,8 @@ pub struct QueryRecord {
     pub started_us: i64,
     /// Who ran it.
     pub user: String,
+    /// Through which frontend (`pg`, `flight`, `local`).
+    pub frontend: &'static str,
     /// Its text (normalised, truncated).
     pub sql: String,
     /// The snapshots that answered it: `schema.table@snapshot_id`, comma-separated.
@@ -47,9 +49,10 @@ pub struct QueryRecord {
     pub error: Option<String>,
 }
 
-fn to_json(r: &QueryRecord) -> String {
+/// A record as one JSON object (the history file, the admin API).
+pub fn to_json(r: &QueryRecord) -> String {
     serde_json::json!({
-        "id": r.id, "started_us": r.started_us, "user": r.user, "sql": r.sql,
+        "id": r.id, "started_us": r.started_us, "user": r.user, "frontend": r.frontend, "sql": r.sql,
         "snapshots": r.snapshots, "cache": r.cache, "engine": r.engine, "shape": r.shape,
         "group": r.group, "rows": r.rows, "millis": r.millis, "error": r.error,
     })
@@ -73,6 +76,7 @@ fn from_json(line: &str) -> Option<QueryRecord> {
         id: v.get("id")?.as_u64()?,
         started_us: v.get("started_us")?.as_i64()?,
         user: text("user"),
+        frontend: interned("frontend", &["pg", "flight", "local"]),
         sql: text("sql"),
         snapshots: text("snapshots"),
         cache: match interned("cache", CACHE_OUTCOMES) {
@@ -95,6 +99,8 @@ pub struct QueryHistory {
     entries: Mutex<VecDeque<QueryRecord>>,
     /// Appends finished records to the history file, off the query path.
     file: Option<std::sync::mpsc::Sender<String>>,
+    /// Counts every finished query.
+    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
 }
 
 /// Interned values of the `&'static str` fields, for records read back from a file.
@@ -108,6 +114,7 @@ impl QueryHistory {
             next: AtomicU64::new(1),
             entries: Mutex::new(VecDeque::new()),
             file: None,
+            metrics: std::sync::OnceLock::new(),
         }
     }
 
@@ -162,7 +169,7 @@ impl QueryHistory {
     }
 
     /// Starts a record for a query that begins now.
-    pub fn start(&self, user: &str, sql: &str) -> PendingQuery {
+    pub fn start(&self, user: &str, frontend: &'static str, sql: &str) -> PendingQuery {
         let mut sql = sql.to_string();
         if sql.len() > MAX_SQL {
             let mut cut = MAX_SQL;
@@ -179,6 +186,7 @@ impl QueryHistory {
                 id: self.next.fetch_add(1, Ordering::Relaxed),
                 started_us,
                 user: user.to_string(),
+                frontend,
                 sql,
                 snapshots: String::new(),
                 cache: "off",
@@ -193,7 +201,26 @@ impl QueryHistory {
         }
     }
 
+    /// Reports every finished query to `metrics` from now on.
+    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// The last `limit` queries, newest first (slowest first with `slowest`).
+    pub fn recent(&self, limit: usize, slowest: bool) -> Vec<QueryRecord> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<QueryRecord> = entries.iter().rev().cloned().collect();
+        if slowest {
+            v.sort_by(|a, b| b.millis.total_cmp(&a.millis));
+        }
+        v.truncate(limit);
+        v
+    }
+
     fn push(&self, record: QueryRecord) {
+        if let Some(m) = self.metrics.get() {
+            m.observe(&record);
+        }
         if let Some(file) = &self.file {
             let _ = file.send(to_json(&record));
         }
@@ -367,7 +394,7 @@ mod tests {
     fn history_is_bounded_and_keeps_the_newest() {
         let h = QueryHistory::new(2);
         for sql in ["a", "b", "c"] {
-            h.start("u", sql).fail(&h, "boom");
+            h.start("u", "pg", sql).fail(&h, "boom");
         }
         let batch = h.batch();
         assert_eq!(batch.num_rows(), 2);

@@ -22,6 +22,7 @@
 //! - [`profile`]: the query profile (shape, columns, scan estimate) the router decides on.
 //! - [`routing`]: routing groups and rules, latency statistics, admission.
 //! - [`history`]: the bounded query history (`lakegate.queries`).
+//! - [`metrics`], [`http`]: Prometheus `/metrics` and the JSON admin API (`--http-listen`).
 //! - [`output_names`]: PostgreSQL's names for result columns.
 //! - [`session`]: per-connection settings and cursors.
 //! - [`frontend`]: wire protocols (`pg`).
@@ -36,6 +37,8 @@ pub mod error;
 pub mod frontend;
 pub mod gateway;
 pub mod history;
+pub mod http;
+pub mod metrics;
 pub mod output_names;
 pub mod profile;
 pub mod routing;

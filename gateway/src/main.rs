@@ -99,6 +99,9 @@ struct Flags {
     /// Folder of routing rules (*.toml), e.g. routing-rules.
     #[arg(long)]
     rules_dir: Option<String>,
+    /// Metrics and admin API address (default 127.0.0.1:8080).
+    #[arg(long)]
+    http_listen: Option<String>,
 }
 
 impl Flags {
@@ -113,6 +116,7 @@ impl Flags {
             spark_url: self.spark_url.clone(),
             engine: self.engine.clone(),
             rules_dir: self.rules_dir.clone(),
+            http_listen: self.http_listen.clone(),
         }
     }
 }
@@ -195,9 +199,10 @@ async fn run() -> anyhow::Result<()> {
     let gateway = Gateway::build(config).await?;
     // Scripts and tests read this line to find the (possibly ephemeral) port.
     println!(
-        "lakegate listening pg={} flight={}",
+        "lakegate listening pg={} flight={} http={}",
         gateway.pg_addr(),
-        gateway.flight_addr()
+        gateway.flight_addr(),
+        gateway.http_addr()
     );
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();

@@ -181,6 +181,32 @@ impl GatewayService {
         &self.router
     }
 
+    /// The query history.
+    pub fn history(&self) -> &Arc<QueryHistory> {
+        &self.history
+    }
+
+    /// The lake.
+    pub fn lake(&self) -> &Arc<Lake> {
+        &self.lake
+    }
+
+    /// Every engine's health, checked now (at most 5 s): (engine, error if unhealthy, ms).
+    pub async fn engine_health(&self) -> Vec<(String, Option<String>, f64)> {
+        let checks = self.engines.all.iter().map(|e| async move {
+            let started = std::time::Instant::now();
+            let outcome =
+                tokio::time::timeout(std::time::Duration::from_secs(5), e.health()).await;
+            let error = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(err)) => Some(err.to_string()),
+                Err(_) => Some("no answer within 5 s".to_string()),
+            };
+            (e.name().to_string(), error, started.elapsed().as_secs_f64() * 1000.0)
+        });
+        futures::future::join_all(checks).await
+    }
+
     /// The engines.
     pub fn engines(&self) -> &Engines {
         &self.engines
@@ -696,7 +722,9 @@ impl GatewayService {
         params: Option<&ParamValues>,
         session: &Session,
     ) -> Result<SendableRecordBatchStream> {
-        let mut pending = self.history.start(session.user(), &statement.to_string());
+        let mut pending =
+            self.history
+                .start(session.user(), session.frontend(), &statement.to_string());
         match self
             .run_query_inner(statement, params, session, &mut pending)
             .await

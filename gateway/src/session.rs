@@ -129,6 +129,7 @@ pub struct Cursor {
 /// One client connection's state.
 pub struct Session {
     user: String,
+    frontend: &'static str,
     values: BTreeMap<String, String>,
     defaults: BTreeMap<String, String>,
     cursors: HashMap<String, Cursor>,
@@ -144,6 +145,7 @@ impl Session {
         defaults.insert("search_path".into(), default_schema.to_string());
         Self {
             user: user.to_string(),
+            frontend: "local",
             values: defaults.clone(),
             defaults,
             cursors: HashMap::new(),
@@ -161,6 +163,17 @@ impl Session {
         }
         self.defaults = self.values.clone();
         Ok(())
+    }
+
+    /// This session as coming from `frontend` (`pg`, `flight`), for metrics.
+    pub fn with_frontend(mut self, frontend: &'static str) -> Self {
+        self.frontend = frontend;
+        self
+    }
+
+    /// The frontend the session came through (`pg`, `flight`, `local`).
+    pub fn frontend(&self) -> &'static str {
+        self.frontend
     }
 
     /// The connected user.

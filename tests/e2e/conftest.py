@@ -36,7 +36,7 @@ class Gateway:
 
 def start_gateway(flags: list[str], extra: list[str] | None = None) -> Gateway:
     cmd = [lakegate_bin(), "serve", *flags, "--pg-listen", "127.0.0.1:0",
-           "--flight-listen", "127.0.0.1:0", *(extra or [])]
+           "--flight-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *(extra or [])]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -45,6 +45,7 @@ def start_gateway(flags: list[str], extra: list[str] | None = None) -> Gateway:
             addrs = dict(part.split("=", 1) for part in line.split()[2:])
             gw = Gateway(proc, int(addrs["pg"].rsplit(":", 1)[1]), "")
             gw.flight_port = int(addrs["flight"].rsplit(":", 1)[1])
+            gw.http = f"http://{addrs['http']}"
             return gw
         if proc.poll() is not None:
             raise RuntimeError(f"lakegate exited: {proc.stderr.read()}")

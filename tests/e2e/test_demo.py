@@ -12,7 +12,7 @@ from conftest import lakegate_bin
 def test_demo_creates_and_serves_the_estate(tmp_path):
     proc = subprocess.Popen(
         [lakegate_bin(), "demo", "--dir", str(tmp_path / "demo"), "--order-commits", "12",
-         "--pg-listen", "127.0.0.1:0", "--flight-listen", "127.0.0.1:0"],
+         "--pg-listen", "127.0.0.1:0", "--flight-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -323,6 +323,19 @@ impl Lake {
         self.resolve_within(schema, table, self.max_staleness).await
     }
 
+    /// Every table resolved so far, at the version last resolved (for metrics and the admin
+    /// API; no catalog round trip).
+    pub fn known_tables(&self) -> Vec<ResolvedTable> {
+        let locations: Vec<String> = {
+            let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            recent.values().map(|(_, l)| l.clone()).collect()
+        };
+        let mut tables: Vec<ResolvedTable> =
+            locations.iter().filter_map(|l| self.cached(l)).collect();
+        tables.sort_by(|a, b| a.ident.to_string().cmp(&b.ident.to_string()));
+        tables
+    }
+
     /// The version of `schema.table` last resolved, without asking the catalog (`None`: never
     /// resolved yet). For estimates made before a statement's real resolution.
     pub fn peek(&self, schema: &str, table: &str) -> Option<ResolvedTable> {

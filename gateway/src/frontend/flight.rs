@@ -273,7 +273,7 @@ impl FlightSqlFrontend {
     /// A session for one call; the `x-lakegate-engine` header pins an engine, as
     /// `SET lakegate.engine` does over pgwire.
     fn session(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Session, Status> {
-        let mut session = Session::new("flight", &self.default_schema);
+        let mut session = Session::new("flight", &self.default_schema).with_frontend("flight");
         for (header, setting) in [
             (GROUP_HEADER, "lakegate.group"),
             (TAG_HEADER, "lakegate.tag"),

@@ -83,6 +83,8 @@ pub fn start() -> TestGateway {
             "127.0.0.1:0",
             "--flight-listen",
             "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
         ])
         .env("LAKEGATE_LOG", "warn")
         .stdout(Stdio::piped())

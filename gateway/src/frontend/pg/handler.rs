@@ -193,7 +193,7 @@ impl NoopStartupHandler for PgStartup {
         if let Some(options) = metadata.get("options") {
             startup.extend(parse_options(options));
         }
-        let mut session = Session::new(&user, &self.default_schema);
+        let mut session = Session::new(&user, &self.default_schema).with_frontend("pg");
         session.apply_startup(&startup).map_err(|e| {
             PgWireError::UserError(Box::new(ErrorInfo::new(
                 "FATAL".into(),
@@ -235,7 +235,7 @@ impl NoopStartupHandler for PgStartup {
 fn session_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<SessionCell> {
     client
         .session_extensions()
-        .get_or_insert_with(|| Mutex::new(Session::new("lakegate", "public")))
+        .get_or_insert_with(|| Mutex::new(Session::new("lakegate", "public").with_frontend("pg")))
 }
 
 /// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls

@@ -1,0 +1,204 @@
+//! The HTTP side of the gateway (`--http-listen`, default 127.0.0.1:8080): Prometheus
+//! `GET /metrics` and a JSON admin API for operators, load balancers and `lakegate status` /
+//! `lakegate queries`:
+//!
+//! | path | answer |
+//! |---|---|
+//! | `/api/health` | 200 while the process serves (liveness) |
+//! | `/api/ready` | 200 when the catalog answers within 2 s, else 503 (readiness) |
+//! | `/api/engines` | each engine's health, checked now |
+//! | `/api/routing` | groups and rules in force, per-group load, observed latency, breakers |
+//! | `/api/queries?limit=N&slowest=true` | recent (or slowest) queries from the history |
+//! | `/api/cache` | result cache counters |
+//! | `/api/tables` | tables seen, at their current snapshot: age, files, delete files |
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::metrics::{Metrics, table_infos};
+use crate::service::GatewayService;
+
+#[derive(Clone)]
+struct AppState {
+    service: Arc<GatewayService>,
+    metrics: Arc<Metrics>,
+}
+
+/// The bound HTTP listener.
+pub struct HttpServer {
+    listener: tokio::net::TcpListener,
+    app: Router,
+}
+
+impl HttpServer {
+    /// Binds `addr` and prepares the routes.
+    ///
+    /// # Errors
+    /// [`Error::Bind`] when the address cannot be bound.
+    pub async fn bind(
+        addr: SocketAddr,
+        configured: &str,
+        service: Arc<GatewayService>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind {
+                setting: "http.listen",
+                addr: configured.to_string(),
+                source,
+            })?;
+        let app = Router::new()
+            .route("/metrics", get(metrics_text))
+            .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .route("/api/ready", get(ready))
+            .route("/api/engines", get(engines))
+            .route("/api/routing", get(routing))
+            .route("/api/queries", get(queries))
+            .route("/api/cache", get(cache))
+            .route("/api/tables", get(tables))
+            .with_state(AppState { service, metrics });
+        Ok(Self { listener, app })
+    }
+
+    /// The bound address.
+    ///
+    /// # Errors
+    /// When the socket has no local address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` fires.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let served = axum::serve(self.listener, self.app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(%e, "http server stopped");
+        }
+    }
+}
+
+async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.metrics.render(&s.service).await,
+    )
+}
+
+async fn ready(State(s): State<AppState>) -> impl IntoResponse {
+    let check = tokio::time::timeout(std::time::Duration::from_secs(2), s.service.directory()).await;
+    match check {
+        Ok(Ok(d)) => (
+            StatusCode::OK,
+            Json(json!({"status": "ready", "schemas": d.schemas.len()})),
+        ),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "catalog unavailable", "error": e.to_string()})),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "catalog did not answer within 2 s"})),
+        ),
+    }
+}
+
+async fn engines(State(s): State<AppState>) -> Json<Value> {
+    let default = s.service.engines().default.clone();
+    let list: Vec<Value> = s
+        .service
+        .engine_health()
+        .await
+        .into_iter()
+        .map(|(engine, error, ms)| {
+            json!({"engine": engine, "healthy": error.is_none(), "is_default": engine == default,
+                   "check_ms": ms, "error": error})
+        })
+        .collect();
+    Json(json!({ "engines": list }))
+}
+
+async fn routing(State(s): State<AppState>) -> Json<Value> {
+    let router = s.service.router();
+    let table = router.table();
+    let groups: Vec<Value> = table
+        .groups
+        .values()
+        .map(|g| {
+            json!({"name": g.name, "engines": g.engines, "max_concurrent": g.max_concurrent,
+                   "queue_length": g.queue_length, "queue_timeout_ms": g.queue_timeout.as_millis() as u64,
+                   "cache": g.cache, "max_staleness_ms": g.max_staleness.as_millis() as u64,
+                   "explore": g.explore, "selectable": g.selectable})
+        })
+        .collect();
+    let rules: Vec<Value> = table
+        .rules
+        .iter()
+        .map(|r| json!({"name": r.spec.name, "priority": r.spec.priority, "group": r.spec.group,
+                        "file": r.file.display().to_string()}))
+        .collect();
+    let load: Vec<Value> = router
+        .load_by_group()
+        .into_iter()
+        .map(|(g, running, queued)| json!({"group": g, "running": running, "queued": queued}))
+        .collect();
+    let observed: Vec<Value> = router
+        .stats
+        .snapshot()
+        .into_iter()
+        .map(|((engine, shape, bucket), o)| {
+            json!({"engine": engine, "shape": shape.name(),
+                   "size_bucket": crate::routing::stats::bucket_name(bucket), "queries": o.count,
+                   "ewma_ms": o.ewma_ms, "p50_ms": o.quantile(0.5), "p95_ms": o.quantile(0.95),
+                   "success_rate": o.success})
+        })
+        .collect();
+    Json(json!({"default_group": table.default_group, "groups": groups, "rules": rules,
+                "load": load, "observed": observed, "warnings": table.warnings}))
+}
+
+#[derive(Deserialize)]
+struct QueriesParams {
+    limit: Option<usize>,
+    slowest: Option<bool>,
+}
+
+async fn queries(State(s): State<AppState>, Query(p): Query<QueriesParams>) -> Json<Value> {
+    let records = s
+        .service
+        .history()
+        .recent(p.limit.unwrap_or(100).min(10_000), p.slowest.unwrap_or(false));
+    let list: Vec<Value> = records
+        .iter()
+        .filter_map(|r| serde_json::from_str(&crate::history::to_json(r)).ok())
+        .collect();
+    Json(json!({ "queries": list }))
+}
+
+async fn cache(State(s): State<AppState>) -> Json<Value> {
+    let stats: serde_json::Map<String, Value> = s
+        .service
+        .cache()
+        .stats_values()
+        .await
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    Json(Value::Object(stats))
+}
+
+async fn tables(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({ "tables": table_infos(&s.service) }))
+}

@@ -1,0 +1,249 @@
+//! Prometheus metrics (`GET /metrics`): every finished query counted and timed by frontend,
+//! routing group, engine, shape, cache outcome and outcome; at scrape time, each group's running
+//! and queued queries, each engine's breaker, the result cache, catalog token lookups, and per
+//! table the age of its current snapshot, its data and delete files.
+
+use std::sync::Arc;
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::history::QueryRecord;
+use crate::service::GatewayService;
+
+/// The registry and the metrics lakegate keeps.
+pub struct Metrics {
+    registry: Registry,
+    queries: IntCounterVec,
+    latency: HistogramVec,
+    rows: IntCounterVec,
+    group_load: IntGaugeVec,
+    breaker_open: IntGaugeVec,
+    cache: GaugeVec,
+    tokens: GaugeVec,
+    table: GaugeVec,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
+    // Names are fixed and distinct: registration cannot collide.
+    let _ = r.register(Box::new(c.clone()));
+    c
+}
+
+impl Metrics {
+    /// A registry with lakegate's metrics.
+    ///
+    /// # Errors
+    /// Never for the fixed metric definitions here; kept fallible for the prometheus API.
+    pub fn new() -> prometheus::Result<Self> {
+        let r = Registry::new();
+        let queries = register(
+            &r,
+            IntCounterVec::new(
+                Opts::new("lakegate_queries_total", "Queries finished"),
+                &["frontend", "group", "engine", "shape", "cache", "outcome"],
+            )?,
+        );
+        let latency = register(
+            &r,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "lakegate_query_duration_seconds",
+                    "Query wall time until the last row",
+                )
+                .buckets(vec![
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0, 60.0,
+                ]),
+                &["group", "engine", "shape"],
+            )?,
+        );
+        let rows = register(
+            &r,
+            IntCounterVec::new(
+                Opts::new("lakegate_rows_returned_total", "Rows sent to clients"),
+                &["frontend", "group"],
+            )?,
+        );
+        let group_load = register(
+            &r,
+            IntGaugeVec::new(
+                Opts::new("lakegate_group_queries", "Queries of a routing group by state"),
+                &["group", "state"],
+            )?,
+        );
+        let breaker_open = register(
+            &r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "lakegate_engine_breaker_open",
+                    "1 while the engine's circuit breaker keeps it out",
+                ),
+                &["engine"],
+            )?,
+        );
+        let cache = register(
+            &r,
+            GaugeVec::new(
+                Opts::new("lakegate_cache", "Result cache counters and sizes"),
+                &["stat"],
+            )?,
+        );
+        let tokens = register(
+            &r,
+            GaugeVec::new(
+                Opts::new("lakegate_catalog_tokens", "Version-token lookups in the catalog"),
+                &["stat"],
+            )?,
+        );
+        let table = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_table",
+                    "Per table, at its current snapshot: snapshot_age_seconds, data_files, delete_files, records, bytes",
+                ),
+                &["table", "stat"],
+            )?,
+        );
+        Ok(Self {
+            registry: r,
+            queries,
+            latency,
+            rows,
+            group_load,
+            breaker_open,
+            cache,
+            tokens,
+            table,
+        })
+    }
+
+    /// Counts and times one finished query.
+    pub fn observe(&self, r: &QueryRecord) {
+        let outcome = match &r.error {
+            None => "ok",
+            Some(e) if e.starts_with("canceling statement") => "canceled",
+            Some(_) => "error",
+        };
+        let engine = if r.engine.is_empty() { "none" } else { r.engine.as_str() };
+        let shape = if r.shape.is_empty() { "unknown" } else { r.shape };
+        self.queries
+            .with_label_values(&[r.frontend, &r.group, engine, shape, r.cache, outcome])
+            .inc();
+        self.latency
+            .with_label_values(&[&r.group, engine, shape])
+            .observe(r.millis / 1000.0);
+        self.rows
+            .with_label_values(&[r.frontend, &r.group])
+            .inc_by(r.rows);
+    }
+
+    /// The text exposition, with the scrape-time gauges refreshed from `service`.
+    pub async fn render(&self, service: &GatewayService) -> String {
+        for (group, running, queued) in service.router().load_by_group() {
+            self.group_load
+                .with_label_values(&[&group, "running"])
+                .set(running as i64);
+            self.group_load
+                .with_label_values(&[&group, "queued"])
+                .set(queued as i64);
+        }
+        for engine in service.engines().names() {
+            let open = !matches!(
+                service.router().stats.breaker(engine),
+                crate::routing::stats::Breaker::Closed
+            );
+            self.breaker_open
+                .with_label_values(&[engine])
+                .set(i64::from(open));
+        }
+        for (stat, value) in service.cache().stats_values().await {
+            self.cache.with_label_values(&[stat]).set(value as f64);
+        }
+        let t = service.lake().token_stats();
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        self.tokens
+            .with_label_values(&["lookups"])
+            .set(load(&t.lookups) as f64);
+        self.tokens
+            .with_label_values(&["lookup_seconds"])
+            .set(load(&t.lookup_micros) as f64 / 1e6);
+        self.tokens
+            .with_label_values(&["reused"])
+            .set(load(&t.reused) as f64);
+        for info in table_infos(service) {
+            for (stat, value) in [
+                ("snapshot_age_seconds", info.snapshot_age_seconds),
+                ("data_files", info.data_files as f64),
+                ("delete_files", info.delete_files as f64),
+                ("records", info.records as f64),
+                ("bytes", info.bytes as f64),
+            ] {
+                self.table.with_label_values(&[&info.name, stat]).set(value);
+            }
+        }
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// What lakegate knows of a table at its current snapshot (from the snapshot summary).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TableInfo {
+    /// `schema.table`.
+    pub name: String,
+    /// The current snapshot.
+    pub snapshot_id: Option<i64>,
+    /// Seconds since that snapshot was committed.
+    pub snapshot_age_seconds: f64,
+    /// Live data files.
+    pub data_files: u64,
+    /// Live delete files.
+    pub delete_files: u64,
+    /// Live records.
+    pub records: u64,
+    /// Bytes in data files.
+    pub bytes: u64,
+}
+
+/// Every table lakegate has resolved, at the version last resolved.
+pub fn table_infos(service: &GatewayService) -> Vec<TableInfo> {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    service
+        .lake()
+        .known_tables()
+        .into_iter()
+        .map(|t| {
+            let snapshot = t.table.metadata().current_snapshot();
+            let prop = |k: &str| {
+                snapshot
+                    .and_then(|s| s.summary().additional_properties.get(k))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            TableInfo {
+                name: format!("{}.{}", t.ident.namespace().join("."), t.ident.name()),
+                snapshot_id: t.snapshot_id,
+                snapshot_age_seconds: snapshot
+                    .map_or(0.0, |s| (now_ms - s.timestamp_ms()).max(0) as f64 / 1000.0),
+                data_files: prop("total-data-files"),
+                delete_files: prop("total-delete-files"),
+                records: prop("total-records"),
+                bytes: prop("total-files-size"),
+            }
+        })
+        .collect()
+}
+
+/// Shared metrics.
+pub type MetricsRef = Arc<Metrics>;
