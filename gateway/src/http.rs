@@ -60,7 +60,10 @@ impl HttpServer {
             })?;
         let app = Router::new()
             .route("/metrics", get(metrics_text))
-            .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .route(
+                "/api/health",
+                get(|| async { Json(json!({"status": "ok"})) }),
+            )
             .route("/api/ready", get(ready))
             .route("/api/engines", get(engines))
             .route("/api/routing", get(routing))
@@ -98,7 +101,8 @@ async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn ready(State(s): State<AppState>) -> impl IntoResponse {
-    let check = tokio::time::timeout(std::time::Duration::from_secs(2), s.service.directory()).await;
+    let check =
+        tokio::time::timeout(std::time::Duration::from_secs(2), s.service.directory()).await;
     match check {
         Ok(Ok(d)) => (
             StatusCode::OK,
@@ -146,8 +150,10 @@ async fn routing(State(s): State<AppState>) -> Json<Value> {
     let rules: Vec<Value> = table
         .rules
         .iter()
-        .map(|r| json!({"name": r.spec.name, "priority": r.spec.priority, "group": r.spec.group,
-                        "file": r.file.display().to_string()}))
+        .map(|r| {
+            json!({"name": r.spec.name, "priority": r.spec.priority, "group": r.spec.group,
+                        "file": r.file.display().to_string()})
+        })
         .collect();
     let load: Vec<Value> = router
         .load_by_group()
@@ -165,8 +171,10 @@ async fn routing(State(s): State<AppState>) -> Json<Value> {
                    "success_rate": o.success})
         })
         .collect();
-    Json(json!({"default_group": table.default_group, "groups": groups, "rules": rules,
-                "load": load, "observed": observed, "warnings": table.warnings}))
+    Json(
+        json!({"default_group": table.default_group, "groups": groups, "rules": rules,
+                "load": load, "observed": observed, "warnings": table.warnings}),
+    )
 }
 
 #[derive(Deserialize)]
@@ -176,10 +184,10 @@ struct QueriesParams {
 }
 
 async fn queries(State(s): State<AppState>, Query(p): Query<QueriesParams>) -> Json<Value> {
-    let records = s
-        .service
-        .history()
-        .recent(p.limit.unwrap_or(100).min(10_000), p.slowest.unwrap_or(false));
+    let records = s.service.history().recent(
+        p.limit.unwrap_or(100).min(10_000),
+        p.slowest.unwrap_or(false),
+    );
     let list: Vec<Value> = records
         .iter()
         .filter_map(|r| serde_json::from_str(&crate::history::to_json(r)).ok())

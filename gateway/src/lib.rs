@@ -23,12 +23,14 @@
 //! - [`routing`]: routing groups and rules, latency statistics, admission.
 //! - [`history`]: the bounded query history (`lakegate.queries`).
 //! - [`metrics`], [`http`]: Prometheus `/metrics` and the JSON admin API (`--http-listen`).
+//! - [`admin_cli`]: `lakegate status | tables | queries` over that API.
 //! - [`output_names`]: PostgreSQL's names for result columns.
 //! - [`session`]: per-connection settings and cursors.
 //! - [`frontend`]: wire protocols (`pg`).
 //! - [`demo`]: the demo estate.
 //! - [`error`]: the gateway's error type.
 
+pub mod admin_cli;
 pub mod cache;
 pub mod classify;
 pub mod config;

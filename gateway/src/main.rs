@@ -53,6 +53,30 @@ enum Command {
         #[command(flatten)]
         flags: Flags,
     },
+    /// A running gateway at a glance: engines, routing groups and their load, cache, tables.
+    Status {
+        /// The gateway's admin API.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+    },
+    /// Tables a running gateway has seen, at their current snapshot.
+    Tables {
+        /// The gateway's admin API.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+    },
+    /// Recent queries of a running gateway (or the slowest).
+    Queries {
+        /// The gateway's admin API.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+        /// Slowest first.
+        #[arg(long)]
+        slowest: bool,
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
     /// Create a small demo lakehouse (SQLite catalog + local warehouse) and serve it.
     Demo {
         /// Directory for the demo's catalog and warehouse.
@@ -149,6 +173,25 @@ async fn run() -> anyhow::Result<()> {
             let (rows, bytes) = lakegate_gateway::gateway::execute_local(&config, &sql).await?;
             let secs = started.elapsed().as_secs_f64();
             println!("rows={rows} bytes={bytes} seconds={secs:.3}");
+            return Ok(());
+        }
+        Command::Status { http } => {
+            print!("{}", lakegate_gateway::admin_cli::status(&http).await?);
+            return Ok(());
+        }
+        Command::Tables { http } => {
+            print!("{}", lakegate_gateway::admin_cli::tables(&http).await?);
+            return Ok(());
+        }
+        Command::Queries {
+            http,
+            slowest,
+            limit,
+        } => {
+            print!(
+                "{}",
+                lakegate_gateway::admin_cli::queries(&http, limit, slowest).await?
+            );
             return Ok(());
         }
         Command::Route { sql, config, flags } => {

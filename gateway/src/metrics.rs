@@ -76,7 +76,10 @@ impl Metrics {
         let group_load = register(
             &r,
             IntGaugeVec::new(
-                Opts::new("lakegate_group_queries", "Queries of a routing group by state"),
+                Opts::new(
+                    "lakegate_group_queries",
+                    "Queries of a routing group by state",
+                ),
                 &["group", "state"],
             )?,
         );
@@ -100,7 +103,10 @@ impl Metrics {
         let tokens = register(
             &r,
             GaugeVec::new(
-                Opts::new("lakegate_catalog_tokens", "Version-token lookups in the catalog"),
+                Opts::new(
+                    "lakegate_catalog_tokens",
+                    "Version-token lookups in the catalog",
+                ),
                 &["stat"],
             )?,
         );
@@ -134,8 +140,16 @@ impl Metrics {
             Some(e) if e.starts_with("canceling statement") => "canceled",
             Some(_) => "error",
         };
-        let engine = if r.engine.is_empty() { "none" } else { r.engine.as_str() };
-        let shape = if r.shape.is_empty() { "unknown" } else { r.shape };
+        let engine = if r.engine.is_empty() {
+            "none"
+        } else {
+            r.engine.as_str()
+        };
+        let shape = if r.shape.is_empty() {
+            "unknown"
+        } else {
+            r.shape
+        };
         self.queries
             .with_label_values(&[r.frontend, &r.group, engine, shape, r.cache, outcome])
             .inc();

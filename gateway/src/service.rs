@@ -195,14 +195,17 @@ impl GatewayService {
     pub async fn engine_health(&self) -> Vec<(String, Option<String>, f64)> {
         let checks = self.engines.all.iter().map(|e| async move {
             let started = std::time::Instant::now();
-            let outcome =
-                tokio::time::timeout(std::time::Duration::from_secs(5), e.health()).await;
+            let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), e.health()).await;
             let error = match outcome {
                 Ok(Ok(())) => None,
                 Ok(Err(err)) => Some(err.to_string()),
                 Err(_) => Some("no answer within 5 s".to_string()),
             };
-            (e.name().to_string(), error, started.elapsed().as_secs_f64() * 1000.0)
+            (
+                e.name().to_string(),
+                error,
+                started.elapsed().as_secs_f64() * 1000.0,
+            )
         });
         futures::future::join_all(checks).await
     }

@@ -98,3 +98,25 @@ def test_snapshot_age_resets_after_a_commit(gateway, lake_dir):
     tables = {t["name"]: t for t in json.loads(get(gateway, "/api/tables")[1])["tables"]}
     assert tables["public.fresh_metrics"]["snapshot_age_seconds"] < 2
     assert tables["public.fresh_metrics"]["records"] == 2
+
+
+def test_cli_views_of_a_running_gateway(gateway):
+    import subprocess
+    from conftest import lakegate_bin
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        conn.execute("SELECT count(*) FROM orders WHERE amount > 1").fetchall()
+
+    def cli(*args):
+        out = subprocess.run([lakegate_bin(), *args, "--http", gateway.http],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    status = cli("status")
+    assert "datafusion" in status and "healthy" in status and "default" in status
+    assert "public.orders" in cli("tables")
+    slowest = cli("queries", "--slowest", "--limit", "5")
+    assert len(slowest.strip().splitlines()) >= 2 and "sql" in slowest.splitlines()[0]
+    down = subprocess.run([lakegate_bin(), "status", "--http", "http://127.0.0.1:9"],
+                          capture_output=True, text=True, timeout=30)
+    assert down.returncode != 0 and "is the gateway running" in down.stderr

@@ -332,7 +332,7 @@ impl Lake {
         };
         let mut tables: Vec<ResolvedTable> =
             locations.iter().filter_map(|l| self.cached(l)).collect();
-        tables.sort_by(|a, b| a.ident.to_string().cmp(&b.ident.to_string()));
+        tables.sort_by_key(|t| t.ident.to_string());
         tables
     }
 

@@ -1,0 +1,149 @@
+//! `lakegate status`, `lakegate tables` and `lakegate queries`: terminal views of a running
+//! gateway, read from its admin API (`--http`, default http://127.0.0.1:8080).
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+async fn fetch(base: &str, path: &str) -> Result<Value> {
+    let url = format!("{}{path}", base.trim_end_matches('/'));
+    let unreachable = |e: &dyn std::fmt::Display| Error::Config {
+        setting: "--http".into(),
+        reason: format!(
+            "cannot read {url}: {e} (is the gateway running with --http-listen there?)"
+        ),
+    };
+    let response = reqwest::Client::new()
+        .get(&url)
+        .timeout(std::time::Duration::from_secs(15))
+        .send()
+        .await
+        .map_err(|e| unreachable(&e))?;
+    response.json().await.map_err(|e| unreachable(&e))
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        Value::Number(n) if n.is_f64() => format!("{:.1}", n.as_f64().unwrap_or_default()),
+        other => other.to_string(),
+    }
+}
+
+fn rows(v: &Value, key: &str) -> Vec<Value> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The estate at a glance: engines, groups with their load, cache, tables.
+///
+/// # Errors
+/// When the admin API cannot be read.
+pub async fn status(base: &str) -> Result<String> {
+    let engines = fetch(base, "/api/engines").await?;
+    let routing = fetch(base, "/api/routing").await?;
+    let cache = fetch(base, "/api/cache").await?;
+    let tables = fetch(base, "/api/tables").await?;
+    let mut out = String::from("engines\n");
+    for e in rows(&engines, "engines") {
+        out += &format!(
+            "  {:<11} {:<9} {}\n",
+            text(&e["engine"]),
+            if e["healthy"].as_bool() == Some(true) {
+                "healthy"
+            } else {
+                "DOWN"
+            },
+            text(&e["error"])
+        );
+    }
+    out += &format!(
+        "routing groups (default {})\n",
+        text(&routing["default_group"])
+    );
+    let load = rows(&routing, "load");
+    for g in rows(&routing, "groups") {
+        let name = text(&g["name"]);
+        let l = load.iter().find(|l| text(&l["group"]) == name);
+        out += &format!(
+            "  {:<14} engines {:<32} running {} queued {}\n",
+            name,
+            g["engines"].to_string(),
+            l.map_or("0".into(), |l| text(&l["running"])),
+            l.map_or("0".into(), |l| text(&l["queued"])),
+        );
+    }
+    out += &format!(
+        "cache: {} hits, {} misses, {} entries, {} bytes\n",
+        text(&cache["hits"]),
+        text(&cache["misses"]),
+        text(&cache["entries"]),
+        text(&cache["bytes"])
+    );
+    out += &format!("tables seen: {}\n", rows(&tables, "tables").len());
+    Ok(out)
+}
+
+/// Tables at their current snapshot.
+///
+/// # Errors
+/// When the admin API cannot be read.
+pub async fn tables(base: &str) -> Result<String> {
+    let tables = fetch(base, "/api/tables").await?;
+    let mut out = format!(
+        "{:<32} {:>12} {:>10} {:>8} {:>12} {:>14}\n",
+        "table", "snapshot age", "data files", "deletes", "records", "bytes"
+    );
+    for t in rows(&tables, "tables") {
+        out += &format!(
+            "{:<32} {:>11}s {:>10} {:>8} {:>12} {:>14}\n",
+            text(&t["name"]),
+            text(&t["snapshot_age_seconds"]),
+            text(&t["data_files"]),
+            text(&t["delete_files"]),
+            text(&t["records"]),
+            text(&t["bytes"])
+        );
+    }
+    Ok(out)
+}
+
+/// Recent (or the slowest) queries.
+///
+/// # Errors
+/// When the admin API cannot be read.
+pub async fn queries(base: &str, limit: usize, slowest: bool) -> Result<String> {
+    let q = fetch(
+        base,
+        &format!("/api/queries?limit={limit}&slowest={slowest}"),
+    )
+    .await?;
+    let mut out = format!(
+        "{:>8} {:>10} {:<10} {:<14} {:<13} {:<6} sql\n",
+        "id", "ms", "engine", "group", "shape", "cache"
+    );
+    for r in rows(&q, "queries") {
+        let mut sql = text(&r["sql"]).replace('\n', " ");
+        if sql.chars().count() > 80 {
+            sql = sql.chars().take(77).collect::<String>() + "...";
+        }
+        out += &format!(
+            "{:>8} {:>10} {:<10} {:<14} {:<13} {:<6} {}{}\n",
+            text(&r["id"]),
+            text(&r["millis"]),
+            text(&r["engine"]),
+            text(&r["group"]),
+            text(&r["shape"]),
+            text(&r["cache"]),
+            sql,
+            r["error"]
+                .as_str()
+                .map(|e| format!("  ERROR {e}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(out)
+}
