@@ -86,6 +86,31 @@ pub fn render(
     Ok(sql)
 }
 
+/// What every non-planner engine starts from: the schema the planner promised and the
+/// statement rendered for `dialect` at the request's pins.
+///
+/// # Errors
+/// No promised schema (a gateway bug), or [`render`]'s errors.
+pub fn prepare(
+    request: &crate::engine::EngineRequest<'_>,
+    engine: &str,
+    dialect: Dialect<'_>,
+) -> Result<(arrow::datatypes::SchemaRef, String)> {
+    let schema = request
+        .promised
+        .cloned()
+        .ok_or_else(|| Error::Internal(format!("{engine} needs the planner's schema to answer")))?;
+    let sql = render(
+        request.statement,
+        request.params,
+        request.pins,
+        request.settings.default_schema(),
+        dialect,
+    )?;
+    tracing::debug!(%engine, %sql, "rendered");
+    Ok((schema, sql))
+}
+
 /// The prefix of marker identifiers; a statement that already contains it is refused.
 const MARKER: &str = "__lakegate_splice_";
 

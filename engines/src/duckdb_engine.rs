@@ -20,10 +20,9 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use duckdb::{Config, Connection};
 use tokio::sync::mpsc;
-use tracing::debug;
 
 use crate::conform::conform_batch;
-use crate::dialect::{Dialect, render};
+use crate::dialect::{Dialect, prepare};
 use crate::engine::{Engine, EngineRequest};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -137,18 +136,7 @@ impl Engine for DuckDbEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let schema = request
-            .promised
-            .cloned()
-            .ok_or_else(|| Error::Internal("duckdb needs the planner's schema to answer".into()))?;
-        let sql = render(
-            request.statement,
-            request.params,
-            request.pins,
-            request.settings.default_schema(),
-            Dialect::DuckDb,
-        )?;
-        debug!(%sql, "duckdb");
+        let (schema, sql) = prepare(&request, "duckdb", Dialect::DuckDb)?;
         let conn = self.connection()?;
         let done = Arc::new(AtomicBool::new(false));
         let guard = InterruptOnDrop {

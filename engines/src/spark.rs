@@ -16,10 +16,9 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
-use tracing::debug;
 
 use crate::conform::conform_batch;
-use crate::dialect::{Dialect, render};
+use crate::dialect::{Dialect, prepare};
 use crate::engine::{Engine, EngineRequest};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -334,20 +333,13 @@ impl Engine for SparkEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let schema = request
-            .promised
-            .cloned()
-            .ok_or_else(|| Error::Internal("spark needs the planner's schema to answer".into()))?;
-        let sql = render(
-            request.statement,
-            request.params,
-            request.pins,
-            request.settings.default_schema(),
+        let (schema, sql) = prepare(
+            &request,
+            "spark",
             Dialect::Spark {
                 catalog: &self.options.catalog,
             },
         )?;
-        debug!(%sql, "spark");
         self.configure().await?;
         let (mut responses, operation_id) = self.start(sql).await?;
         let operation = Operation {

@@ -14,10 +14,9 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use serde::Deserialize;
 use serde_json::Value as Json;
-use tracing::debug;
 
 use crate::conform::conform_batch;
-use crate::dialect::{Dialect, render};
+use crate::dialect::{Dialect, prepare};
 use crate::engine::{Engine, EngineRequest};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -117,20 +116,13 @@ impl Engine for TrinoEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let schema = request
-            .promised
-            .cloned()
-            .ok_or_else(|| Error::Internal("trino needs the planner's schema to answer".into()))?;
-        let sql = render(
-            request.statement,
-            request.params,
-            request.pins,
-            request.settings.default_schema(),
+        let (schema, sql) = prepare(
+            &request,
+            "trino",
             Dialect::Trino {
                 catalog: &self.options.catalog,
             },
         )?;
-        debug!(%sql, "trino");
         let post = self
             .http
             .post(format!(

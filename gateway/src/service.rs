@@ -294,21 +294,7 @@ impl GatewayService {
     /// `lakegate.engines`: each engine, whether it answers now (checked concurrently, 5 s at
     /// most), and which one is the default.
     async fn engines_batch(&self) -> RecordBatch {
-        let checks = self.engines.all.iter().map(|e| async move {
-            let started = std::time::Instant::now();
-            let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), e.health()).await;
-            let error = match outcome {
-                Ok(Ok(())) => None,
-                Ok(Err(err)) => Some(err.to_string()),
-                Err(_) => Some("no answer within 5 s".to_string()),
-            };
-            (
-                e.name().to_string(),
-                error,
-                started.elapsed().as_secs_f64() * 1000.0,
-            )
-        });
-        let results = futures::future::join_all(checks).await;
+        let results = self.engine_health().await;
         let schema = Arc::new(Schema::new(vec![
             Field::new("engine", DataType::Utf8, false),
             Field::new("healthy", DataType::Boolean, false),
