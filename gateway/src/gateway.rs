@@ -72,6 +72,13 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             reason: format!("{}: {e}", config.history.path),
         })?
     });
+    let learned = router.learn_from(&history.all());
+    if learned > 0 {
+        info!(
+            queries = learned,
+            "routing statistics rebuilt from the kept history"
+        );
+    }
     Ok(Arc::new(GatewayService::new(
         lake,
         engines,

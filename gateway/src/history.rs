@@ -41,6 +41,8 @@ pub struct QueryRecord {
     pub shape: &'static str,
     /// The routing group it ran in.
     pub group: String,
+    /// The scan estimate the router used (bytes).
+    pub scan_bytes: u64,
     /// Rows returned (so far, if it was abandoned).
     pub rows: u64,
     /// Wall time until the last row (or the error).
@@ -54,7 +56,8 @@ pub fn to_json(r: &QueryRecord) -> String {
     serde_json::json!({
         "id": r.id, "started_us": r.started_us, "user": r.user, "frontend": r.frontend, "sql": r.sql,
         "snapshots": r.snapshots, "cache": r.cache, "engine": r.engine, "shape": r.shape,
-        "group": r.group, "rows": r.rows, "millis": r.millis, "error": r.error,
+        "group": r.group, "scan_bytes": r.scan_bytes, "rows": r.rows, "millis": r.millis,
+        "error": r.error,
     })
     .to_string()
 }
@@ -86,6 +89,7 @@ fn from_json(line: &str) -> Option<QueryRecord> {
         engine: text("engine"),
         shape: interned("shape", &shapes),
         group: text("group"),
+        scan_bytes: v.get("scan_bytes").and_then(|x| x.as_u64()).unwrap_or(0),
         rows: v.get("rows").and_then(|x| x.as_u64()).unwrap_or(0),
         millis: v.get("millis").and_then(|x| x.as_f64()).unwrap_or(0.0),
         error: v.get("error").and_then(|x| x.as_str()).map(str::to_string),
@@ -193,12 +197,23 @@ impl QueryHistory {
                 engine: String::new(),
                 shape: "",
                 group: String::new(),
+                scan_bytes: 0,
                 rows: 0,
                 millis: 0.0,
                 error: None,
             },
             clock: Instant::now(),
         }
+    }
+
+    /// Every record kept, oldest first.
+    pub fn all(&self) -> Vec<QueryRecord> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Reports every finished query to `metrics` from now on.

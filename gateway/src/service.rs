@@ -748,6 +748,7 @@ impl GatewayService {
             .collect::<Vec<_>>()
             .join(",");
         pending.record.shape = routed.profile.shape.name();
+        pending.record.scan_bytes = routed.bytes();
         pending.record.group = routed.decision.group.name.clone();
         if self.cache.enabled()
             && routed.decision.group.cache

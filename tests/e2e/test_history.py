@@ -34,6 +34,17 @@ def test_history_survives_a_restart(lake_dir, tmp_path):
     assert second[-1][0] > first[-1][0] and second[-1][2] == "point_lookup"
     # Bounded: the last 50 records across runs; the file is trimmed at the next start.
     third = run([f"SELECT order_id FROM orders WHERE order_id = {i}" for i in range(60)])
+    # The router starts from what the kept history observed, not cold.
+    gw = start_gateway(["--config", str(config), *wh.flags(str(lake_dir))])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            learned = conn.execute(
+                "SELECT sum(queries) FROM lakegate.routing WHERE shape = 'point_lookup'"
+            ).fetchone()[0]
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=10)
+    assert learned and learned >= 40, learned
     ids = [r[0] for r in third]
     assert len(ids) <= 50 and ids == sorted(ids)
     assert any("order_id = 59" in r[1] for r in third)

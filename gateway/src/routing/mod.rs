@@ -267,6 +267,23 @@ impl Router {
         v
     }
 
+    /// Learns from a kept history (after a restart): every successful query that ran on an
+    /// engine counts as an observation, so routing does not start cold. Returns how many.
+    pub fn learn_from(&self, history: &[crate::history::QueryRecord]) -> usize {
+        let mut n = 0;
+        for r in history {
+            let Some(shape) = Shape::from_name(r.shape) else {
+                continue;
+            };
+            if r.engine.is_empty() || r.error.is_some() || shape == Shape::Metadata {
+                continue;
+            }
+            self.record(&r.engine, shape, r.scan_bytes, Some(r.millis));
+            n += 1;
+        }
+        n
+    }
+
     /// Records a finished query (`None`: failed for the engine's reasons).
     pub fn record(&self, engine: &str, shape: Shape, bytes: u64, ms: Option<f64>) {
         self.stats.record(engine, shape, size_bucket(bytes), ms);
