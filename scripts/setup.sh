@@ -62,4 +62,8 @@ for wheel in wheels.glob("duckdb_extension_*.whl"):
                 (out / pathlib.Path(name).name).write_bytes(z.read(name))
 PY
 fi
+# Trino 476 needs Java 24+ (scripts/trino-server.sh; override with TRINO_JAVA). Debian has none
+# in apt; the machines here carry a Temurin 25 JDK.
+TRINO_JAVA=${TRINO_JAVA:-/usr/lib/jvm/temurin-25-jdk-amd64/bin/java}
+[ -x "$TRINO_JAVA" ] || echo "setup: warning: no Java 24+ at $TRINO_JAVA: the Trino tests will fail (set TRINO_JAVA)" >&2
 echo "setup: ok"

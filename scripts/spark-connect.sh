@@ -32,6 +32,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib/server.sh
+source "$ROOT/scripts/lib/server.sh"
 CACHE=$ROOT/.cache/engines
 VERSION=4.1.4
 SDIST=$CACHE/wheels/pyspark-$VERSION.tar.gz
@@ -180,18 +182,7 @@ cmd_start() {
   echo "spark-connect: up on sc://127.0.0.1:$port in $((SECONDS - t0))s (pid $pid, catalog $catalog)" >&2
 }
 
-cmd_stop() {
-  local dir=$1 pid
-  [ -f "$dir/pid" ] || { echo "spark-connect: not running (no $dir/pid)" >&2; return 0; }
-  pid=$(cat "$dir/pid")
-  if is_our_server "$pid"; then
-    kill "$pid"
-    for _ in $(seq 1 60); do is_our_server "$pid" || break; sleep 0.5; done
-    if is_our_server "$pid"; then kill -9 "$pid"; sleep 0.5; fi
-    is_our_server "$pid" && die "could not stop pid $pid"
-  fi
-  rm -f "$dir/pid"
-}
+cmd_stop() { stop_server spark-connect "$1"; }
 
 case "${1:-}" in
   start) [ $# -eq 6 ] || die "usage: $0 start DIR PORT PG_JDBC_URL CATALOG_NAME WAREHOUSE_URI"; cmd_start "$2" "$3" "$4" "$5" "$6" ;;

@@ -226,23 +226,41 @@ impl SparkEngine {
     }
 
     fn status_error(&self, status: &tonic::Status) -> Error {
-        use tonic::Code;
-        let message = status.message().to_string();
-        let kind = match status.code() {
-            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown
-                if message.contains("connect") || message.contains("transport") =>
-            {
-                return self.unavailable(message);
-            }
-            Code::Unavailable => return self.unavailable(message),
-            Code::Cancelled => ErrorKind::Canceled,
-            _ => spark_kind(&message),
-        };
-        Error::Engine {
+        let e = status_to_error(&self.options.url, status);
+        if matches!(e, Error::EngineUnavailable { .. }) {
+            // A restarted server has a fresh session: configure it again.
+            self.configured
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+        e
+    }
+}
+
+/// A gRPC status from Spark Connect as an error: transport trouble is "unavailable" (fail
+/// over), the rest is classified by Spark's error class.
+fn status_to_error(url: &str, status: &tonic::Status) -> Error {
+    use tonic::Code;
+    let message = status.message().to_string();
+    let kind = match status.code() {
+        Code::Unavailable => None,
+        Code::DeadlineExceeded | Code::Unknown
+            if message.contains("connect") || message.contains("transport") =>
+        {
+            None
+        }
+        Code::Cancelled => Some(ErrorKind::Canceled),
+        _ => Some(spark_kind(&message)),
+    };
+    match kind {
+        None => Error::EngineUnavailable {
+            engine: "spark".into(),
+            reason: format!("{url} ({message})"),
+        },
+        Some(kind) => Error::Engine {
             engine: "spark".into(),
             kind,
             message,
-        }
+        },
     }
 }
 
@@ -379,18 +397,7 @@ impl Engine for SparkEngine {
                                 Some(Ok(r)) => r,
                                 Some(Err(s)) => {
                                     operation.finish();
-                                    let e = if s.code() == tonic::Code::Unavailable {
-                                        Error::EngineUnavailable {
-                                            engine: "spark".into(),
-                                            reason: format!("{url} ({})", s.message()),
-                                        }
-                                    } else {
-                                        Error::Engine {
-                                            engine: "spark".into(),
-                                            kind: spark_kind(s.message()),
-                                            message: s.message().to_string(),
-                                        }
-                                    };
+                                    let e = status_to_error(&url, &s);
                                     return Some((
                                         Err(e.into_datafusion()),
                                         (responses, operation, first, pending, schema),

@@ -136,6 +136,9 @@ pub struct GatewayService {
     described: moka::future::Cache<u64, Described>,
     history: Arc<QueryHistory>,
     router: Arc<Router>,
+    /// Pruned scan estimates by (metadata location, predicate): planning files is per table
+    /// version and filter, not per execution.
+    estimates: moka::future::Cache<String, u64>,
 }
 
 /// A query's route: its versions, profile, the router's decision and the engines to try.
@@ -173,6 +176,7 @@ impl GatewayService {
             described: moka::future::Cache::new(10_000),
             history,
             router,
+            estimates: moka::future::Cache::new(10_000),
         }
     }
 
@@ -440,20 +444,22 @@ impl GatewayService {
             application: session.application_name(),
             tag: session.tag(),
         };
-        let mut decision = self
+        let (rule, reason, group) = self
             .router
-            .decide(&asker, &profile, session.pinned_group())?;
-        let resolved = self
-            .resolve_refs(&refs, decision.group.max_staleness)
-            .await?;
+            .group(&asker, &profile, session.pinned_group())?;
+        let resolved = self.resolve_refs(&refs, group.max_staleness).await?;
         profile.scan_bytes = Some(self.scan_estimate(statement, &resolved.pins).await);
-        let (candidates, explored) = self.router.order(
-            &decision.group,
-            profile.shape,
-            profile.scan_bytes.unwrap_or(0),
-        );
-        decision.candidates = candidates;
-        decision.explored = explored;
+        // Candidates are ordered once, at the final scan estimate.
+        let (candidates, explored) =
+            self.router
+                .order(&group, profile.shape, profile.scan_bytes.unwrap_or(0));
+        let decision = Decision {
+            rule,
+            reason,
+            group,
+            candidates,
+            explored,
+        };
         let planner_only =
             resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty();
         let (engines, how) = if planner_only {
@@ -479,7 +485,8 @@ impl GatewayService {
 
     /// The bytes a query scans: the pinned snapshots' data files, pruned by the WHERE of a
     /// single-table query when that can matter for routing (tables past the smallest size
-    /// bucket; planning is capped at 200 ms, else the unpruned size stands).
+    /// bucket; cached per table version and filter; planning is capped at 50 ms, else the
+    /// unpruned size stands).
     async fn scan_estimate(&self, statement: &Statement, pins: &Pins) -> u64 {
         let total: u64 = pins.iter().map(|(_, t)| estimate::total_bytes(t)).sum();
         let mut tables = pins.iter();
@@ -494,13 +501,20 @@ impl GatewayService {
         else {
             return total;
         };
+        let key = format!("{}\u{0}{filter}", table.metadata_location);
+        if let Some(bytes) = self.estimates.get(&key).await {
+            return bytes;
+        }
         match tokio::time::timeout(
-            std::time::Duration::from_millis(200),
+            std::time::Duration::from_millis(50),
             estimate::pruned_bytes(table, filter),
         )
         .await
         {
-            Ok(Ok(bytes)) => bytes,
+            Ok(Ok(bytes)) => {
+                self.estimates.insert(key, bytes).await;
+                bytes
+            }
             _ => total,
         }
     }
@@ -533,7 +547,7 @@ impl GatewayService {
         let count = routed.engines.len();
         for (i, engine) in routed.engines.iter().enumerate() {
             let name = engine.name().to_string();
-            let is_planner = Arc::ptr_eq(engine, &(self.engines.planner.clone() as EngineRef));
+            let is_planner = name == self.engines.planner.name();
             if routed.how == "routed" && i + 1 < count && !self.router.stats.admit(&name) {
                 debug!(engine = %name, "breaker open: skipped");
                 continue;
@@ -571,7 +585,7 @@ impl GatewayService {
                     );
                     return Ok((tracked, name));
                 }
-                Err(e) if engine_fault(&e) => {
+                Err(e) if engine_fault(e.kind()) => {
                     self.router.record(&name, shape, bytes, None);
                     if routed.how == "routed" && i + 1 < count {
                         warn!(engine = %name, error = %e, "engine failed before answering: failing over");
@@ -739,14 +753,7 @@ impl GatewayService {
         let settings = session.engine_settings();
         let routed = self.route(statement, &settings, session).await?;
         let pins = &routed.resolved.pins;
-        pending.record.snapshots = pins
-            .iter()
-            .map(|((schema, table), t)| match t.snapshot_id {
-                Some(id) => format!("{schema}.{table}@{id}"),
-                None => format!("{schema}.{table}@empty"),
-            })
-            .collect::<Vec<_>>()
-            .join(",");
+        pending.record.snapshots = snapshot_list(pins, ",");
         pending.record.shape = routed.profile.shape.name();
         pending.record.scan_bytes = routed.bytes();
         pending.record.group = routed.decision.group.name.clone();
@@ -845,16 +852,7 @@ impl GatewayService {
             ),
             (
                 "snapshots".into(),
-                routed
-                    .resolved
-                    .pins
-                    .iter()
-                    .map(|((s, t), r)| match r.snapshot_id {
-                        Some(id) => format!("{s}.{t}@{id}"),
-                        None => format!("{s}.{t}@empty"),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                snapshot_list(&routed.resolved.pins, ", "),
             ),
             (
                 "rule".into(),
@@ -1245,11 +1243,22 @@ fn explain_route_schema() -> SchemaRef {
     ]))
 }
 
-/// Whether an error is the engine's fault (unreachable, broken) rather than the statement's:
-/// only those count against an engine and fail over.
-fn engine_fault(e: &Error) -> bool {
+/// `schema.table@snapshot` of every pinned table (`@empty`: no snapshot yet).
+fn snapshot_list(pins: &Pins, separator: &str) -> String {
+    pins.iter()
+        .map(|((schema, table), t)| match t.snapshot_id {
+            Some(id) => format!("{schema}.{table}@{id}"),
+            None => format!("{schema}.{table}@empty"),
+        })
+        .collect::<Vec<_>>()
+        .join(separator)
+}
+
+/// Whether an error of this kind is the engine's fault (unreachable, broken) rather than the
+/// statement's: only those count against an engine and fail over.
+fn engine_fault(kind: lakegate_engines::ErrorKind) -> bool {
     matches!(
-        e.kind(),
+        kind,
         lakegate_engines::ErrorKind::Unavailable | lakegate_engines::ErrorKind::Internal
     )
 }
@@ -1289,15 +1298,10 @@ fn track(
             match stream.next().await {
                 Some(Ok(b)) => Some((Ok(b), (stream, state))),
                 Some(Err(e)) => {
-                    if let Some((router, engine, _slot)) = state.take() {
-                        let kind = lakegate_engines::error::datafusion_kind(&e);
-                        if matches!(
-                            kind,
-                            lakegate_engines::ErrorKind::Unavailable
-                                | lakegate_engines::ErrorKind::Internal
-                        ) {
-                            router.record(&engine, shape, bytes, None);
-                        }
+                    if let Some((router, engine, _slot)) = state.take()
+                        && engine_fault(lakegate_engines::error::datafusion_kind(&e))
+                    {
+                        router.record(&engine, shape, bytes, None);
                     }
                     Some((Err(e), (stream, state)))
                 }

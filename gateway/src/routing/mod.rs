@@ -211,28 +211,6 @@ impl Router {
         (candidates, explored)
     }
 
-    /// Everything the router decides for a statement.
-    ///
-    /// # Errors
-    /// As [`Router::group`].
-    pub fn decide(
-        &self,
-        asker: &Asker<'_>,
-        profile: &QueryProfile,
-        session_group: Option<&str>,
-    ) -> Result<Decision> {
-        let (rule, reason, group) = self.group(asker, profile, session_group)?;
-        let (candidates, explored) =
-            self.order(&group, profile.shape, profile.scan_bytes.unwrap_or(0));
-        Ok(Decision {
-            rule,
-            reason,
-            group,
-            candidates,
-            explored,
-        })
-    }
-
     /// The admission (slots and queue) of `group`, created on first use and replaced when a
     /// reload changes its limits (queries already admitted keep their slots).
     pub fn admission(&self, group: &GroupSpec) -> Arc<Admission> {
