@@ -39,6 +39,8 @@ pub struct Config {
     pub history: HistoryConfig,
     /// Metrics and the admin API.
     pub http: HttpConfig,
+    /// The maintenance loop (off unless enabled).
+    pub maintenance: lakegate_maintenance::MaintenanceConfig,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.
@@ -288,6 +290,8 @@ pub struct Overrides {
     pub rules_dir: Option<String>,
     /// `--http-listen`
     pub http_listen: Option<String>,
+    /// `--maintenance` (run the maintenance loop)
+    pub maintenance: Option<bool>,
 }
 
 impl Config {
@@ -355,6 +359,9 @@ impl Config {
         if let Some(v) = &o.http_listen {
             self.http.listen = v.clone();
         }
+        if let Some(v) = o.maintenance {
+            self.maintenance.enabled = v;
+        }
     }
 
     /// Checks every setting that can be checked without connecting.
@@ -393,6 +400,12 @@ impl Config {
         self.pg_listen_addr()?;
         self.flight_listen_addr()?;
         self.http_listen_addr()?;
+        self.maintenance.validate().map_err(|e| match e {
+            lakegate_maintenance::Error::Config { setting, reason } => {
+                bad(&format!("maintenance.{setting}"), reason)
+            }
+            other => bad("maintenance", other.to_string()),
+        })?;
         if self.pg.database.trim().is_empty() {
             return Err(bad("pg.database", "must not be empty".into()));
         }

@@ -113,6 +113,9 @@ pub enum Error {
         /// Why not.
         why: String,
     },
+    /// The maintenance loop failed (catalog, storage).
+    #[error("maintenance: {0}")]
+    Maintenance(#[from] lakegate_maintenance::Error),
     /// A `lakegate.<name>` table that does not exist.
     #[error("relation \"lakegate.{name}\" does not exist")]
     UnknownSystemTable {
@@ -140,6 +143,8 @@ impl Error {
             Self::DuplicateCursor { .. } => ErrorKind::DuplicateCursor,
             Self::Canceled => ErrorKind::Canceled,
             Self::Engine(e) => e.kind(),
+            Self::Maintenance(lakegate_maintenance::Error::Lake(e)) => e.kind(),
+            Self::Maintenance(_) => ErrorKind::Internal,
             Self::Shared(e) => e.kind(),
             Self::UnknownSystemTable { .. } => ErrorKind::UndefinedTable,
             Self::EngineNotConfigured { .. } | Self::GroupNotAllowed { .. } => {

@@ -11,6 +11,8 @@ use lakegate_engines::{Engine, Lake};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use lakegate_maintenance::Maintainer;
+
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::frontend::flight::{FlightServer, FlightSqlFrontend};
@@ -79,13 +81,56 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             "routing statistics rebuilt from the kept history"
         );
     }
-    Ok(Arc::new(GatewayService::new(
+    let maintainer = Maintainer::new(lake.clone(), config.maintenance.clone()).await?;
+    history.set_telemetry(maintainer.telemetry().clone());
+    let service = Arc::new(GatewayService::new(
         lake,
         engines,
         config.cache.clone(),
         router,
         history,
-    )))
+        maintainer,
+    ));
+    let replayed = service.replay_history();
+    if replayed > 0 {
+        info!(queries = replayed, "query heat rebuilt from the kept history");
+    }
+    Ok(service)
+}
+
+/// `lakegate maintenance plan|run --once`: the estate's health and the plan (`run`: executed,
+/// with progress), as text.
+///
+/// # Errors
+/// Configuration and catalog errors.
+pub async fn maintenance_local(config: &Config, table: Option<&str>, run: bool) -> Result<String> {
+    use std::fmt::Write;
+    let service = build_service(config).await?;
+    let m = service.maintainer();
+    let mut out = String::new();
+    if run {
+        let records = m
+            .run_cycle(true, table, &|line| println!("{line}"))
+            .await?;
+        let _ = writeln!(out, "{} operations run", records.len());
+        return Ok(out);
+    }
+    let (planned, assessed) = m.plan(true, table).await?;
+    let _ = writeln!(out, "{:<32} {:>5} {:>7} {:>7} {:>7} {:>9}  reasons", "table", "score", "files", "small", "deletes", "manifests");
+    for a in &assessed {
+        let h = &a.health;
+        let _ = writeln!(
+            out,
+            "{:<32} {:>5.0} {:>7} {:>7} {:>7} {:>9}  {}",
+            h.table, h.score, h.data_files, h.small_files, h.delete_files, h.manifests,
+            if h.reasons.is_empty() { "healthy".to_string() } else { h.reasons.join("; ") }
+        );
+    }
+    let _ = writeln!(out, "\nplan ({} operations):", planned.len());
+    for p in &planned {
+        let _ = writeln!(out, "  {:<18} {:<28} {}", p.action.kind(), p.table, p.reason);
+    }
+    Ok(out)
 }
 
 /// The configured engines besides the planner: DuckDB when its extensions are there (or
@@ -227,6 +272,8 @@ pub struct Gateway {
     flight_addr: SocketAddr,
     http: HttpServer,
     http_addr: SocketAddr,
+    /// The maintenance loop to run, when enabled.
+    maintenance: Option<Arc<Maintainer>>,
 }
 
 impl Gateway {
@@ -268,6 +315,10 @@ impl Gateway {
             addr: config.http.listen.clone(),
             source,
         })?;
+        let maintenance = config
+            .maintenance
+            .enabled
+            .then(|| service.maintainer().clone());
         let handlers = PgHandlers::new(service, config.pg.default_schema.clone());
         let pg = PgServer::bind(config.pg_listen_addr()?, handlers).await?;
         let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
@@ -282,6 +333,7 @@ impl Gateway {
             flight_addr,
             http,
             http_addr,
+            maintenance,
         })
     }
 
@@ -303,10 +355,18 @@ impl Gateway {
     /// Serves until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
         info!(pg = %self.pg_addr, flight = %self.flight_addr, http = %self.http_addr, "lakegate serving");
+        let maintenance = self.maintenance.map(|m| {
+            info!(interval = ?m.config().interval, "maintenance loop on");
+            m.spawn(shutdown.clone())
+        });
         tokio::join!(
             self.pg.run(shutdown.clone()),
             self.flight.run(shutdown.clone()),
             self.http.run(shutdown)
         );
+        if let Some(loop_) = maintenance {
+            // A cycle in flight finishes its current commit; the loop stops at the next tick.
+            let _ = loop_.await;
+        }
     }
 }

@@ -105,6 +105,8 @@ pub struct QueryHistory {
     file: Option<std::sync::mpsc::Sender<String>>,
     /// Counts every finished query.
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    /// Tells the maintenance loop what each successful query read.
+    telemetry: std::sync::OnceLock<lakegate_maintenance::telemetry::Telemetry>,
 }
 
 /// Interned values of the `&'static str` fields, for records read back from a file.
@@ -119,6 +121,7 @@ impl QueryHistory {
             entries: Mutex::new(VecDeque::new()),
             file: None,
             metrics: std::sync::OnceLock::new(),
+            telemetry: std::sync::OnceLock::new(),
         }
     }
 
@@ -203,6 +206,7 @@ impl QueryHistory {
                 error: None,
             },
             clock: Instant::now(),
+            observation: None,
         }
     }
 
@@ -214,6 +218,25 @@ impl QueryHistory {
             .iter()
             .cloned()
             .collect()
+    }
+
+    /// Sends what every successful query read to `telemetry` from now on.
+    pub fn set_telemetry(&self, telemetry: lakegate_maintenance::telemetry::Telemetry) {
+        let _ = self.telemetry.set(telemetry);
+    }
+
+    /// Records a finished query; a successful one's observation goes to the telemetry.
+    fn finish(&self, record: QueryRecord, observation: Option<lakegate_maintenance::telemetry::Observation>) {
+        if record.error.is_none()
+            && let (Some(observation), Some(t)) = (observation, self.telemetry.get())
+        {
+            t.send(lakegate_maintenance::telemetry::Event {
+                observation,
+                millis: record.millis,
+                at: record.started_us as f64 / 1e6,
+            });
+        }
+        self.push(record);
     }
 
     /// Reports every finished query to `metrics` from now on.
@@ -324,6 +347,8 @@ pub struct PendingQuery {
     /// What is known so far.
     pub record: QueryRecord,
     clock: Instant,
+    /// What it read, for the maintenance loop's heat (set once routed).
+    pub observation: Option<lakegate_maintenance::telemetry::Observation>,
 }
 
 impl PendingQuery {
@@ -331,7 +356,7 @@ impl PendingQuery {
     pub fn fail(mut self, history: &QueryHistory, error: &str) {
         self.record.error = Some(error.to_string());
         self.record.millis = self.clock.elapsed().as_secs_f64() * 1000.0;
-        history.push(self.record);
+        history.finish(self.record, self.observation);
     }
 
     /// Wraps the result stream: rows are counted and the record is pushed when the stream ends
@@ -360,7 +385,7 @@ impl Tracked {
         if let Some(mut p) = self.pending.take() {
             p.record.millis = p.clock.elapsed().as_secs_f64() * 1000.0;
             p.record.error = error;
-            self.history.push(p.record);
+            self.history.finish(p.record, p.observation);
         }
     }
 }

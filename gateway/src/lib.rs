@@ -39,6 +39,7 @@ pub mod error;
 pub mod frontend;
 pub mod gateway;
 pub mod history;
+pub mod maintenance_tables;
 pub mod http;
 pub mod metrics;
 pub mod output_names;

@@ -77,6 +77,11 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Table maintenance: what it would do (`plan`) or do it now (`run --once`).
+    Maintenance {
+        #[command(subcommand)]
+        action: MaintenanceAction,
+    },
     /// Create a small demo lakehouse (SQLite catalog + local warehouse) and serve it.
     Demo {
         /// Directory for the demo's catalog and warehouse.
@@ -88,6 +93,35 @@ enum Command {
         /// Create the estate and exit without serving.
         #[arg(long)]
         no_serve: bool,
+        #[command(flatten)]
+        flags: Flags,
+    },
+}
+
+#[derive(Subcommand)]
+enum MaintenanceAction {
+    /// Show the health of every table and the operations the next cycle would run, and why.
+    Plan {
+        /// Only this table (`ns.table`).
+        #[arg(long)]
+        table: Option<String>,
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        flags: Flags,
+    },
+    /// Run one maintenance cycle now over every table (or one), printing progress.
+    Run {
+        /// Run one cycle and exit (the only mode; `serve --maintenance` runs the loop).
+        #[arg(long, required = true)]
+        once: bool,
+        /// Only this table (`ns.table`).
+        #[arg(long)]
+        table: Option<String>,
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
         #[command(flatten)]
         flags: Flags,
     },
@@ -126,6 +160,10 @@ struct Flags {
     /// Metrics and admin API address (default 127.0.0.1:8080).
     #[arg(long)]
     http_listen: Option<String>,
+    /// Run the maintenance loop (compaction, snapshot expiry, orphan removal, manifest
+    /// rewrites) inside `serve`.
+    #[arg(long)]
+    maintenance: bool,
 }
 
 impl Flags {
@@ -141,6 +179,7 @@ impl Flags {
             engine: self.engine.clone(),
             rules_dir: self.rules_dir.clone(),
             http_listen: self.http_listen.clone(),
+            maintenance: self.maintenance.then_some(true),
         }
     }
 }
@@ -192,6 +231,26 @@ async fn run() -> anyhow::Result<()> {
                 "{}",
                 lakegate_gateway::admin_cli::queries(&http, limit, slowest).await?
             );
+            return Ok(());
+        }
+        Command::Maintenance { action } => {
+            let (config, flags, table, run) = match action {
+                MaintenanceAction::Plan {
+                    table,
+                    config,
+                    flags,
+                } => (config, flags, table, false),
+                MaintenanceAction::Run {
+                    table,
+                    config,
+                    flags,
+                    ..
+                } => (config, flags, table, true),
+            };
+            let config = Config::load(config.as_deref(), &flags.overrides())?;
+            let out = lakegate_gateway::gateway::maintenance_local(&config, table.as_deref(), run)
+                .await?;
+            print!("{out}");
             return Ok(());
         }
         Command::Route { sql, config, flags } => {

@@ -18,6 +18,8 @@ use lakegate_engines::datafusion_engine::DataFusionEngine;
 use lakegate_engines::engine::Described;
 use lakegate_engines::lake::estimate;
 use lakegate_engines::{Engine, EngineRef, EngineRequest, Lake, Pins, Settings};
+use lakegate_maintenance::Maintainer;
+use lakegate_maintenance::telemetry::Observation;
 use sync_wrapper::SyncWrapper;
 use tracing::{debug, instrument, warn};
 
@@ -139,6 +141,8 @@ pub struct GatewayService {
     /// Pruned scan estimates by (metadata location, predicate): planning files is per table
     /// version and filter, not per execution.
     estimates: moka::future::Cache<String, u64>,
+    /// The maintenance loop (health, heat, operations).
+    maintainer: Arc<Maintainer>,
 }
 
 /// A query's route: its versions, profile, the router's decision and the engines to try.
@@ -167,6 +171,7 @@ impl GatewayService {
         cache: CacheConfig,
         router: Arc<Router>,
         history: Arc<QueryHistory>,
+        maintainer: Arc<Maintainer>,
     ) -> Self {
         Self {
             lake,
@@ -177,7 +182,72 @@ impl GatewayService {
             history,
             router,
             estimates: moka::future::Cache::new(10_000),
+            maintainer,
         }
+    }
+
+    /// The maintenance loop.
+    pub fn maintainer(&self) -> &Arc<Maintainer> {
+        &self.maintainer
+    }
+
+    /// What a routed query reads, for the maintenance loop's heat: its tables and columns,
+    /// and (one table) its WHERE as an Iceberg predicate on that table's schema.
+    fn observation(&self, statement: &Statement, routed: &Routed) -> Option<Observation> {
+        let p = &routed.profile;
+        if p.tables.is_empty() {
+            return None;
+        }
+        let mut pins = routed.resolved.pins.iter();
+        let predicate = match (pins.next(), pins.next()) {
+            (Some((_, table)), None) => crate::profile::top_where(statement).and_then(|w| {
+                estimate::predicate(w, table.table.metadata().current_schema())
+            }),
+            _ => None,
+        };
+        Some(Observation {
+            tables: p.tables.clone(),
+            predicate,
+            filter_columns: p.filter_columns.clone(),
+            join_columns: p.join_columns.clone(),
+            group_columns: p.group_columns.clone(),
+        })
+    }
+
+    /// Rebuilds query heat from the kept history (tables and columns; predicates need the
+    /// tables' schemas and start again with live traffic). Returns the queries replayed.
+    pub fn replay_history(&self) -> usize {
+        let mut n = 0;
+        for record in self.history.all() {
+            if record.error.is_some() || record.snapshots.is_empty() {
+                continue;
+            }
+            let Ok(statements) = self.parse(&record.sql) else {
+                continue;
+            };
+            for statement in statements {
+                let Ok(refs) = classify::references(&statement, "public") else {
+                    continue;
+                };
+                let profile = QueryProfile::of(&statement, &StatementKind::Query, &refs);
+                if profile.tables.is_empty() {
+                    continue;
+                }
+                self.maintainer.replay(&lakegate_maintenance::telemetry::Event {
+                    observation: Observation {
+                        tables: profile.tables,
+                        predicate: None,
+                        filter_columns: profile.filter_columns,
+                        join_columns: profile.join_columns,
+                        group_columns: profile.group_columns,
+                    },
+                    millis: record.millis,
+                    at: record.started_us as f64 / 1e6,
+                });
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The router.
@@ -233,6 +303,15 @@ impl GatewayService {
                 "queries" => self.history.batch(),
                 "engines" => self.engines_batch().await,
                 "routing" => self.routing_batch(),
+                "table_health" => crate::maintenance_tables::health_batch(
+                    &self.maintainer.health().await?,
+                ),
+                "table_partitions" => crate::maintenance_tables::partitions_batch(
+                    &self.maintainer.health().await?,
+                ),
+                "operations" => crate::maintenance_tables::operations_batch(
+                    &self.maintainer.log().all(),
+                ),
                 _ => return Err(Error::UnknownSystemTable { name }),
             };
             out.push((name, batch));
@@ -757,6 +836,7 @@ impl GatewayService {
         pending.record.shape = routed.profile.shape.name();
         pending.record.scan_bytes = routed.bytes();
         pending.record.group = routed.decision.group.name.clone();
+        pending.observation = self.observation(statement, &routed);
         if self.cache.enabled()
             && routed.decision.group.cache
             && routed.resolved.system_tables.is_empty()

@@ -1,0 +1,167 @@
+//! Snapshot expiry: drop snapshots older than the minimum age beyond the newest `keep`
+//! (never the current one or any a branch or tag points at), then delete the files only
+//! expired snapshots used — manifest lists, manifests, data and delete files no retained
+//! snapshot still has live.
+
+use std::collections::HashSet;
+
+use iceberg::spec::SnapshotRef;
+use iceberg::table::Table;
+use iceberg::{TableIdent, TableRequirement, TableUpdate};
+
+use crate::commit::Committer;
+use crate::error::{Error, Result};
+use crate::inventory::ManifestCache;
+
+/// What expiry did.
+#[derive(Debug, Clone, Default)]
+pub struct Expired {
+    /// Snapshots removed.
+    pub snapshots: Vec<i64>,
+    /// Snapshots left.
+    pub remaining: usize,
+    /// Files deleted.
+    pub files_deleted: usize,
+    /// Bytes deleted.
+    pub bytes_deleted: u64,
+}
+
+/// The snapshots of `table` that expiry would remove, oldest first.
+pub fn expirable(table: &Table, keep: usize, min_age: std::time::Duration) -> Vec<SnapshotRef> {
+    let metadata = table.metadata();
+    let props = metadata.properties();
+    let keep = props
+        .get("history.expire.min-snapshots-to-keep")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(keep)
+        .max(1);
+    let min_age_ms = props
+        .get("history.expire.max-snapshot-age-ms")
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(min_age.as_millis() as i64);
+    let now = chrono::Utc::now().timestamp_millis();
+    // iceberg-rust does not list refs publicly; the serialised metadata has them.
+    let mut referenced: HashSet<i64> = metadata
+        .current_snapshot()
+        .map(|s| s.snapshot_id())
+        .into_iter()
+        .collect();
+    if let Ok(json) = serde_json::to_value(metadata)
+        && let Some(refs) = json["refs"].as_object()
+    {
+        referenced.extend(refs.values().filter_map(|r| r["snapshot-id"].as_i64()));
+    }
+    let mut all: Vec<&SnapshotRef> = metadata.snapshots().collect();
+    all.sort_by_key(|s| std::cmp::Reverse(s.timestamp_ms()));
+    all.iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            *i >= keep
+                && now - s.timestamp_ms() > min_age_ms
+                && !referenced.contains(&s.snapshot_id())
+        })
+        .map(|(_, s)| (*s).clone())
+        .rev()
+        .collect()
+}
+
+/// Expires `ident`'s old snapshots and deletes what only they used.
+///
+/// # Errors
+/// Catalog and storage errors; [`Error::Conflict`] if the table kept moving.
+pub async fn run(
+    committer: &Committer,
+    cache: &ManifestCache,
+    ident: &TableIdent,
+    keep: usize,
+    min_age: std::time::Duration,
+) -> Result<Expired> {
+    let mut attempt = 0;
+    let (before, after, expired) = loop {
+        attempt += 1;
+        let table = committer.load(ident).await?;
+        let expired = expirable(&table, keep, min_age);
+        if expired.is_empty() {
+            return Ok(Expired {
+                remaining: table.metadata().snapshots().len(),
+                ..Default::default()
+            });
+        }
+        let current = table.metadata().current_snapshot().map(|s| s.snapshot_id());
+        let updates = vec![TableUpdate::RemoveSnapshots {
+            snapshot_ids: expired.iter().map(|s| s.snapshot_id()).collect(),
+        }];
+        let requirements = vec![
+            TableRequirement::UuidMatch {
+                uuid: table.metadata().uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: "main".into(),
+                snapshot_id: current,
+            },
+        ];
+        match committer.commit(ident, updates, requirements).await {
+            Ok(after) => break (table, after, expired),
+            Err(Error::Conflict(_)) if attempt < 8 => {
+                tokio::time::sleep(std::time::Duration::from_millis(20 << attempt.min(5))).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    // Files live in retained snapshots (of the table as committed, newer commits included).
+    let mut retained_lists = HashSet::new();
+    let mut retained_manifests = HashSet::new();
+    let mut retained_files = HashSet::new();
+    for s in after.metadata().snapshots() {
+        retained_lists.insert(s.manifest_list().to_string());
+        let list = after.manifest_list_reader(s).load().await?;
+        for m in list.entries() {
+            if retained_manifests.insert(m.manifest_path.clone()) {
+                let manifest = cache.load(&after, m).await?;
+                for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+                    retained_files.insert(e.file_path().to_string());
+                }
+            }
+        }
+    }
+    let mut doomed: Vec<(String, u64)> = Vec::new();
+    let mut seen = HashSet::new();
+    for s in &expired {
+        if !retained_lists.contains(s.manifest_list()) && seen.insert(s.manifest_list().to_string()) {
+            doomed.push((s.manifest_list().to_string(), 0));
+        }
+        let Ok(list) = before.manifest_list_reader(s).load().await else {
+            continue; // already gone: a previous expiry was interrupted after deleting it
+        };
+        for m in list.entries() {
+            if retained_manifests.contains(&m.manifest_path) || !seen.insert(m.manifest_path.clone()) {
+                continue;
+            }
+            doomed.push((m.manifest_path.clone(), m.manifest_length as u64));
+            let Ok(manifest) = cache.load(&before, m).await else {
+                continue;
+            };
+            for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+                let path = e.file_path().to_string();
+                if !retained_files.contains(&path) && seen.insert(path.clone()) {
+                    doomed.push((path, e.file_size_in_bytes()));
+                }
+            }
+        }
+    }
+    let mut out = Expired {
+        snapshots: expired.iter().map(|s| s.snapshot_id()).collect(),
+        remaining: after.metadata().snapshots().len(),
+        ..Default::default()
+    };
+    for (path, bytes) in doomed {
+        match after.file_io().delete(&path).await {
+            Ok(()) => {
+                out.files_deleted += 1;
+                out.bytes_deleted += bytes;
+            }
+            Err(e) => tracing::warn!(%path, error = %e, "could not delete an expired file"),
+        }
+    }
+    Ok(out)
+}

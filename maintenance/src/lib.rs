@@ -1,0 +1,23 @@
+//! lakegate's maintenance loop. Query telemetry ([`telemetry`]) tells which tables, partitions
+//! and columns are read; [`health`] scores each table from its Iceberg metadata weighted by
+//! that heat; [`plan`] picks a cycle's operations within budget; [`compact`], [`expire`],
+//! [`orphans`] and manifest rewrites (in [`snapshot`]) change the table through conflict-aware
+//! commits ([`commit`]); [`oplog`] keeps what happened. [`Maintainer`] ties them together.
+
+pub mod commit;
+pub mod compact;
+pub mod config;
+pub mod error;
+pub mod expire;
+pub mod health;
+pub mod inventory;
+pub mod maintainer;
+pub mod oplog;
+pub mod orphans;
+pub mod plan;
+pub mod snapshot;
+pub mod telemetry;
+
+pub use config::MaintenanceConfig;
+pub use error::{Error, Result};
+pub use maintainer::Maintainer;

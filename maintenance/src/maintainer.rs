@@ -1,0 +1,606 @@
+//! The maintainer: assesses tables (health from metadata + heat from telemetry), plans a
+//! cycle, runs its operations one table at a time and logs each. `lakegate serve` runs it on
+//! a timer ([`Maintainer::spawn`]); `lakegate maintenance plan|run --once` calls it directly.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::TryStreamExt;
+use iceberg::TableIdent;
+use iceberg::table::Table;
+use lakegate_engines::Lake;
+use lakegate_engines::lake::namespace_ident;
+use tokio_util::sync::CancellationToken;
+
+use crate::commit::Committer;
+use crate::compact::{self, Job};
+use crate::config::MaintenanceConfig;
+use crate::error::{Error, Result};
+use crate::health::{self, TableHealth};
+use crate::inventory::{Inventory, ManifestCache, partition_label};
+use crate::oplog::{OperationLog, OperationRecord};
+use crate::plan::{self, Action, Candidate, Planned};
+use crate::snapshot::Replace;
+use crate::telemetry::{Event, Heat, Telemetry, TableHeatView, table_key};
+
+/// Per-table scheduling state.
+#[derive(Debug, Clone, Copy, Default)]
+struct TableState {
+    /// When the table was last maintained (ms), and its snapshot count since.
+    last_run_ms: i64,
+    last_orphans_ms: i64,
+}
+
+/// Operation counters by (kind, result), for metrics.
+#[derive(Debug, Default)]
+pub struct OpCounters {
+    /// (kind, result) → (count, total seconds).
+    pub by_kind: Mutex<HashMap<(String, String), (u64, f64)>>,
+    /// Cycles run.
+    pub cycles: AtomicU64,
+}
+
+/// A table's assessment: health and what planning needs.
+pub struct Assessment {
+    /// The health.
+    pub health: TableHealth,
+    table: Table,
+    inventory: Option<Inventory>,
+    expirable: usize,
+}
+
+/// The maintenance loop's state and operations.
+pub struct Maintainer {
+    lake: Arc<Lake>,
+    committer: Committer,
+    config: MaintenanceConfig,
+    heat: Arc<Mutex<Heat>>,
+    telemetry: Telemetry,
+    log: Arc<OperationLog>,
+    cache: ManifestCache,
+    state: Mutex<HashMap<String, TableState>>,
+    /// One cycle at a time (so never two operations on one table).
+    cycle: tokio::sync::Mutex<()>,
+    counters: OpCounters,
+    last_health: Mutex<Vec<TableHealth>>,
+}
+
+impl Maintainer {
+    /// A maintainer for `lake` (telemetry starts flowing at once; the loop runs only when
+    /// spawned).
+    ///
+    /// # Errors
+    /// Bad settings, an unopenable log, an unreachable catalog store.
+    pub async fn new(lake: Arc<Lake>, config: MaintenanceConfig) -> Result<Arc<Self>> {
+        config.validate()?;
+        let committer = Committer::connect(lake.clone()).await?;
+        let log = if config.log_path.is_empty() {
+            OperationLog::new(config.log_capacity)
+        } else {
+            OperationLog::persistent(config.log_capacity, std::path::Path::new(&config.log_path))
+                .map_err(|source| Error::Io {
+                    path: config.log_path.clone(),
+                    source,
+                })?
+        };
+        let heat = Arc::new(Mutex::new(Heat::new(config.heat_half_life)));
+        let (telemetry, rx) = Telemetry::channel(config.telemetry_capacity);
+        tokio::spawn(crate::telemetry::drain(rx, heat.clone()));
+        // Tables maintained before a restart count from the log.
+        let mut state: HashMap<String, TableState> = HashMap::new();
+        for r in log.all() {
+            let s = state.entry(r.table.clone()).or_default();
+            let ms = r.started_us / 1000;
+            s.last_run_ms = s.last_run_ms.max(ms);
+            if r.kind == "remove_orphans" {
+                s.last_orphans_ms = s.last_orphans_ms.max(ms);
+            }
+        }
+        Ok(Arc::new(Self {
+            lake,
+            committer,
+            config,
+            heat,
+            telemetry,
+            log: Arc::new(log),
+            cache: ManifestCache::default(),
+            state: Mutex::new(state),
+            cycle: tokio::sync::Mutex::new(()),
+            counters: OpCounters::default(),
+            last_health: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// The sender the query path uses.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Folds a past event in directly (history replay at start).
+    pub fn replay(&self, event: &Event) {
+        self.heat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(event);
+    }
+
+    /// The operations log.
+    pub fn log(&self) -> &Arc<OperationLog> {
+        &self.log
+    }
+
+    /// Operation counters.
+    pub fn counters(&self) -> &OpCounters {
+        &self.counters
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &MaintenanceConfig {
+        &self.config
+    }
+
+    fn heat_view(&self, key: &str) -> TableHeatView {
+        self.heat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .view(key)
+    }
+
+    /// Every table the catalog lists, as `(namespace, table)`.
+    ///
+    /// # Errors
+    /// The catalog fails.
+    pub async fn tables(&self) -> Result<Vec<(String, String)>> {
+        let dir = self.lake.directory().await?;
+        Ok(dir
+            .schemas
+            .into_iter()
+            .flat_map(|(ns, tables)| tables.into_iter().map(move |t| (ns.clone(), t)))
+            .collect())
+    }
+
+    /// Assesses one table now.
+    ///
+    /// # Errors
+    /// Catalog and metadata errors.
+    pub async fn assess(&self, namespace: &str, name: &str) -> Result<Assessment> {
+        let ident = TableIdent::new(namespace_ident(namespace), name.to_string());
+        let table = self.committer.load(&ident).await?;
+        let key = table_key(namespace, name);
+        let view = self.heat_view(&key);
+        let inventory = match table.metadata().current_snapshot() {
+            Some(s) => Some(Inventory::load(&table, s, &self.cache).await?),
+            None => None,
+        };
+        let partition_heat = self.partition_heat(&table, &view).await;
+        let sort = sort_columns(&table, &view);
+        let expirable = crate::expire::expirable(
+            &table,
+            self.config.keep_snapshots,
+            self.config.snapshot_min_age,
+        )
+        .len();
+        let health = health::assess(
+            &key,
+            &table,
+            inventory.as_ref(),
+            &partition_heat,
+            &view,
+            sort,
+            expirable,
+            &self.config,
+        );
+        Ok(Assessment {
+            health,
+            table,
+            inventory,
+            expirable,
+        })
+    }
+
+    /// Every table's health (tables that fail to load are skipped and logged).
+    pub async fn health(&self) -> Result<Vec<TableHealth>> {
+        let mut out = Vec::new();
+        for (ns, t) in self.tables().await? {
+            match self.assess(&ns, &t).await {
+                Ok(a) => out.push(a.health),
+                Err(e) => tracing::warn!(table = %table_key(&ns, &t), error = %e, "not assessed"),
+            }
+        }
+        out.sort_by(|a, b| a.score.total_cmp(&b.score).then(a.table.cmp(&b.table)));
+        *self.last_health.lock().unwrap_or_else(|p| p.into_inner()) = out.clone();
+        Ok(out)
+    }
+
+    /// Heat per partition: each hot predicate's weight goes to the partitions its scan
+    /// selects (Iceberg's own partition pruning at the current snapshot); reads without a
+    /// predicate warm every partition.
+    async fn partition_heat(&self, table: &Table, view: &TableHeatView) -> HashMap<(i32, String), f64> {
+        let mut out: HashMap<(i32, String), f64> = HashMap::new();
+        let Some(snapshot) = table.metadata().current_snapshot() else {
+            return out;
+        };
+        let mut spread = view.reads;
+        for (predicate, weight) in view.predicates.iter().take(8) {
+            let Ok(scan) = table
+                .scan()
+                .snapshot_id(snapshot.snapshot_id())
+                .with_filter(predicate.clone())
+                .build()
+            else {
+                continue;
+            };
+            let Ok(stream) = scan.plan_files().await else { continue };
+            let Ok(tasks) = stream.try_collect::<Vec<_>>().await else { continue };
+            let mut hit = std::collections::HashSet::new();
+            for t in tasks {
+                if let (Some(spec), Some(p)) = (&t.partition_spec, &t.partition) {
+                    hit.insert((spec.spec_id(), partition_label(spec, table, p)));
+                }
+            }
+            for k in hit {
+                *out.entry(k).or_default() += weight;
+            }
+            spread -= weight;
+        }
+        if spread > 0.0
+            && let Some(inv) = Inventory::load(table, snapshot, &self.cache).await.ok()
+        {
+            for f in inv.files {
+                out.entry((f.spec_id, f.partition)).or_insert(0.0);
+            }
+            for v in out.values_mut() {
+                *v += spread;
+            }
+        }
+        out
+    }
+
+    fn due(&self, key: &str, table: &Table, force: bool) -> (bool, bool) {
+        if force {
+            return (true, true);
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let st = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+            .unwrap_or_default();
+        let commits_since = table
+            .metadata()
+            .snapshots()
+            .filter(|s| s.timestamp_ms() > st.last_run_ms)
+            .count() as u64;
+        let max_ms = self.config.max_interval.as_millis() as i64;
+        let due = commits_since >= self.config.min_commits
+            || (commits_since > 0 && now - st.last_run_ms >= max_ms);
+        let orphans = now - st.last_orphans_ms >= max_ms.max(self.config.orphan_min_age.as_millis() as i64 / 4);
+        (due, due && orphans)
+    }
+
+    /// Plans a cycle: over every allowed table (`only`: one `ns.table`) that is due (`force`:
+    /// all of them). Returns the plan and the assessments it used.
+    ///
+    /// # Errors
+    /// Catalog errors listing tables.
+    pub async fn plan(&self, force: bool, only: Option<&str>) -> Result<(Vec<Planned>, Vec<Assessment>)> {
+        let mut assessed = Vec::new();
+        let mut flags = Vec::new();
+        for (ns, t) in self.tables().await? {
+            let key = table_key(&ns, &t);
+            if only.is_some_and(|o| o != key) || !self.config.allows(&ns, &t) {
+                continue;
+            }
+            let a = match self.assess(&ns, &t).await {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(table = %key, error = %e, "not assessed");
+                    continue;
+                }
+            };
+            let (due, orphans) = self.due(&key, &a.table, force);
+            if due {
+                flags.push(orphans);
+                assessed.push(a);
+            }
+        }
+        let candidates: Vec<Candidate<'_>> = assessed
+            .iter()
+            .zip(&flags)
+            .map(|(a, orphans)| Candidate {
+                health: &a.health,
+                files: a.inventory.as_ref().map(|i| i.files.as_slice()).unwrap_or(&[]),
+                default_spec: a.table.metadata().default_partition_spec_id(),
+                expirable: a.expirable,
+                orphans_due: *orphans,
+            })
+            .collect();
+        let planned = plan::plan(&candidates, &self.config, chrono::Utc::now().timestamp_millis());
+        Ok((planned, assessed))
+    }
+
+    /// Runs one cycle; `progress` hears about each operation as it starts and ends.
+    ///
+    /// # Errors
+    /// Catalog errors listing tables (each operation's own failure is logged, not returned).
+    pub async fn run_cycle(
+        &self,
+        force: bool,
+        only: Option<&str>,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Vec<OperationRecord>> {
+        let _one = self.cycle.lock().await;
+        self.counters.cycles.fetch_add(1, Ordering::Relaxed);
+        let (planned, assessed) = self.plan(force, only).await?;
+        let started = Instant::now();
+        let mut done = Vec::new();
+        let mut touched = std::collections::HashSet::new();
+        for p in planned {
+            if started.elapsed() > self.config.max_cycle_time {
+                progress(&format!("cycle time budget spent; {} left for next cycle", p.table));
+                break;
+            }
+            let Some(a) = assessed.iter().find(|a| a.health.table == p.table) else { continue };
+            progress(&format!("{} {}: {} …", p.action.kind(), p.table, p.reason));
+            let record = self.execute(&p, a).await;
+            progress(&format!(
+                "{} {}{}: {} in {:.2} s (files {} → {}, {} → {}){}",
+                record.kind,
+                record.table,
+                if record.partition.is_empty() { String::new() } else { format!(" {}", record.partition) },
+                record.result,
+                record.millis / 1000.0,
+                record.files_before,
+                record.files_after,
+                human_bytes(record.bytes_before),
+                human_bytes(record.bytes_after),
+                if record.detail.is_empty() { String::new() } else { format!(" — {}", record.detail) },
+            ));
+            touched.insert(p.table.clone());
+            done.push(record);
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for a in &assessed {
+            let s = state.entry(a.health.table.clone()).or_default();
+            s.last_run_ms = now;
+            if done.iter().any(|r| r.table == a.health.table && r.kind == "remove_orphans") {
+                s.last_orphans_ms = now;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Runs one planned operation and logs it.
+    async fn execute(&self, p: &Planned, a: &Assessment) -> OperationRecord {
+        let started = Instant::now();
+        let started_us = chrono::Utc::now().timestamp_micros();
+        let ident = a.table.identifier().clone();
+        let snapshot_before = a.table.metadata().current_snapshot().map(|s| s.snapshot_id());
+        let mut r = OperationRecord {
+            id: 0,
+            started_us,
+            table: p.table.clone(),
+            kind: p.action.kind().to_string(),
+            partition: String::new(),
+            files_before: 0,
+            files_after: 0,
+            bytes_before: 0,
+            bytes_after: 0,
+            files_deleted: 0,
+            millis: 0.0,
+            result: "ok".into(),
+            snapshot_before,
+            snapshot_after: None,
+            reason: p.reason.clone(),
+            detail: String::new(),
+        };
+        let outcome: Result<()> = async {
+            match &p.action {
+                Action::ExpireSnapshots { .. } => {
+                    r.files_before = a.health.snapshots as u64;
+                    let e = crate::expire::run(
+                        &self.committer,
+                        &self.cache,
+                        &ident,
+                        self.config.keep_snapshots,
+                        self.config.snapshot_min_age,
+                    )
+                    .await?;
+                    r.files_after = e.remaining as u64;
+                    r.files_deleted = e.files_deleted as u64;
+                    r.bytes_before = e.bytes_deleted;
+                    r.detail = format!(
+                        "{} snapshots expired, {} files ({}) deleted",
+                        e.snapshots.len(),
+                        e.files_deleted,
+                        human_bytes(e.bytes_deleted)
+                    );
+                    if e.snapshots.is_empty() {
+                        r.result = "noop".into();
+                    }
+                }
+                Action::Compact { spec_id, partition, files, bytes, whole_partition, sort, .. } => {
+                    r.partition = partition.clone();
+                    r.files_before = files.len() as u64;
+                    r.bytes_before = *bytes;
+                    let inv = a.inventory.as_ref().ok_or_else(|| Error::Conflict("no snapshot".into()))?;
+                    let wanted: std::collections::HashSet<&String> = files.iter().collect();
+                    let in_partition = |f: &&crate::inventory::LiveFile| f.spec_id == *spec_id && f.partition == *partition;
+                    let data: Vec<_> = inv.files.iter().filter(in_partition).filter(|f| wanted.contains(&f.path().to_string())).cloned().collect();
+                    let deletes: Vec<_> = inv.files.iter().filter(in_partition).filter(|f| !f.is_data()).cloned().collect();
+                    let mut groups = split_groups(data, self.config.max_group_bytes);
+                    let single = groups.len() == 1;
+                    let mut details = Vec::new();
+                    for group in groups.drain(..) {
+                        let job = Job {
+                            ident: ident.clone(),
+                            start: inv.snapshot.clone(),
+                            spec_id: *spec_id,
+                            partition: partition.clone(),
+                            files: group,
+                            deletes: deletes.clone(),
+                            whole_partition: *whole_partition && single,
+                            sort: sort.clone(),
+                            target_file_size: self.config.target_file_size,
+                            sort_memory: self.config.sort_memory,
+                        };
+                        let c = compact::run(&self.committer, &self.cache, &job).await?;
+                        r.files_after += c.files_out as u64;
+                        r.bytes_after += c.bytes_out;
+                        r.snapshot_after = Some(c.snapshot_id);
+                        details.push(format!(
+                            "{} rows{}{}{}",
+                            c.rows,
+                            if sort.is_empty() { String::new() } else { format!(", sorted by {}", sort.join(", ")) },
+                            if c.deletes_removed > 0 { format!(", {} delete files dropped", c.deletes_removed) } else { String::new() },
+                            if c.attempts > 1 { format!(", re-applied over newer commits ({} attempts)", c.attempts) } else { String::new() },
+                        ));
+                    }
+                    r.detail = details.join("; ");
+                }
+                Action::RemoveOrphans => {
+                    let o = crate::orphans::run(&self.committer, &self.cache, &ident, self.config.orphan_min_age).await?;
+                    r.files_before = o.scanned as u64;
+                    r.files_after = (o.scanned - o.deleted) as u64;
+                    r.files_deleted = o.deleted as u64;
+                    r.bytes_before = o.bytes;
+                    r.detail = format!(
+                        "{} files scanned, {} orphans deleted ({}), {} unreferenced but younger than the threshold kept",
+                        o.scanned, o.deleted, human_bytes(o.bytes), o.young
+                    );
+                    if o.deleted == 0 {
+                        r.result = "noop".into();
+                    }
+                }
+                Action::RewriteManifests { manifests } => {
+                    r.files_before = *manifests as u64;
+                    let replace = Replace {
+                        merge_manifests_below: Some(self.config.target_manifest_size),
+                        ..Default::default()
+                    };
+                    let (id, attempts) = compact::commit_replace(&self.committer, &self.cache, &ident, &replace).await?;
+                    let after = self.committer.load(&ident).await?;
+                    if let Some(s) = after.metadata().snapshot_by_id(id) {
+                        let list = after.manifest_list_reader(s).load().await?;
+                        r.files_after = list
+                            .entries()
+                            .iter()
+                            .filter(|m| m.content == iceberg::spec::ManifestContentType::Data)
+                            .count() as u64;
+                    }
+                    r.snapshot_after = Some(id);
+                    if attempts > 1 {
+                        r.detail = format!("re-applied over newer commits ({attempts} attempts)");
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = outcome {
+            r.result = match e {
+                Error::Conflict(_) => "conflict",
+                _ => "failed",
+            }
+            .into();
+            r.detail = if r.detail.is_empty() { e.to_string() } else { format!("{}; {e}", r.detail) };
+            tracing::warn!(table = %r.table, kind = %r.kind, error = %e, "maintenance operation did not complete");
+        }
+        r.millis = started.elapsed().as_secs_f64() * 1000.0;
+        {
+            let mut by = self.counters.by_kind.lock().unwrap_or_else(|p| p.into_inner());
+            let c = by.entry((r.kind.clone(), r.result.clone())).or_default();
+            c.0 += 1;
+            c.1 += r.millis / 1000.0;
+        }
+        self.log.push(r.clone());
+        r
+    }
+
+    /// Runs the loop every `interval` until `shutdown` fires.
+    pub fn spawn(self: Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.config.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = self.run_cycle(false, None, &|line| tracing::info!("{line}")).await {
+                    tracing::warn!(error = %e, "maintenance cycle failed");
+                }
+            }
+        })
+    }
+
+    /// The health computed last (by a cycle or [`Maintainer::health`]), for metrics.
+    pub fn last_health(&self) -> Vec<TableHealth> {
+        self.last_health.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The columns compaction sorts by: the table's most-filtered columns (at least half as hot
+/// as the hottest, at most two) that exist in its schema; else its sort order's identity
+/// columns.
+pub fn sort_columns(table: &Table, view: &TableHeatView) -> Vec<String> {
+    let schema = table.metadata().current_schema();
+    let known = |c: &str| {
+        schema
+            .as_struct()
+            .fields()
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(c))
+            .map(|f| f.name.clone())
+    };
+    let top = view.columns.first().map(|c| c.1).unwrap_or(0.0);
+    let hot: Vec<String> = view
+        .columns
+        .iter()
+        .filter(|(_, w)| *w >= top * 0.5 && *w > 0.0)
+        .filter_map(|(c, _)| known(c))
+        .take(2)
+        .collect();
+    if !hot.is_empty() {
+        return hot;
+    }
+    let order = table.metadata().default_sort_order();
+    order
+        .fields
+        .iter()
+        .filter(|f| f.transform == iceberg::spec::Transform::Identity)
+        .filter_map(|f| schema.field_by_id(f.source_id).map(|n| n.name.clone()))
+        .collect()
+}
+
+fn split_groups(mut files: Vec<crate::inventory::LiveFile>, max_bytes: u64) -> Vec<Vec<crate::inventory::LiveFile>> {
+    files.sort_by_key(|f| f.bytes());
+    let mut groups: Vec<Vec<crate::inventory::LiveFile>> = vec![];
+    let mut bytes = 0;
+    for f in files {
+        if groups.is_empty() || (bytes + f.bytes() > max_bytes && !groups.last().is_some_and(|g| g.is_empty())) {
+            groups.push(vec![]);
+            bytes = 0;
+        }
+        bytes += f.bytes();
+        if let Some(g) = groups.last_mut() {
+            g.push(f);
+        }
+    }
+    groups
+}
+
+/// `12.3 MiB`.
+pub fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}

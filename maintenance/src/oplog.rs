@@ -1,0 +1,188 @@
+//! The operations log: every maintenance operation with its table, partition, files and bytes
+//! before and after, duration, result, snapshots and reason — kept in memory (bounded) and
+//! appended to a JSON-lines file that is read back at start, so it survives restarts.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, Write};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+/// One operation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OperationRecord {
+    /// Sequence number.
+    pub id: u64,
+    /// When it started (microseconds since the epoch).
+    pub started_us: i64,
+    /// `ns.table`.
+    pub table: String,
+    /// `expire_snapshots`, `compact`, `remove_orphans` or `rewrite_manifests`.
+    pub kind: String,
+    /// The partition (compaction), else empty.
+    pub partition: String,
+    /// Files before (compaction: input files; manifests: data manifests; expiry: snapshots).
+    pub files_before: u64,
+    /// Files after.
+    pub files_after: u64,
+    /// Bytes before.
+    pub bytes_before: u64,
+    /// Bytes after.
+    pub bytes_after: u64,
+    /// Files deleted from storage.
+    pub files_deleted: u64,
+    /// Wall time.
+    pub millis: f64,
+    /// `ok`, `conflict`, `failed` or `noop`.
+    pub result: String,
+    /// The table's snapshot before.
+    pub snapshot_before: Option<i64>,
+    /// The snapshot it committed, if any.
+    pub snapshot_after: Option<i64>,
+    /// Why the planner chose it.
+    pub reason: String,
+    /// What happened (sort columns, attempts, the error).
+    pub detail: String,
+}
+
+/// The log.
+pub struct OperationLog {
+    capacity: usize,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    records: VecDeque<OperationRecord>,
+    next_id: u64,
+    file: Option<std::fs::File>,
+}
+
+impl OperationLog {
+    /// A log in memory only.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            inner: Mutex::new(Inner {
+                records: VecDeque::new(),
+                next_id: 1,
+                file: None,
+            }),
+        }
+    }
+
+    /// A log kept in `path` (created if missing; its last `capacity` records loaded).
+    ///
+    /// # Errors
+    /// The file cannot be opened.
+    pub fn persistent(capacity: usize, path: &std::path::Path) -> std::io::Result<Self> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        let log = Self::new(capacity);
+        if let Ok(f) = std::fs::File::open(path) {
+            let mut inner = log.lock();
+            for line in std::io::BufReader::new(f).lines().map_while(|l| l.ok()) {
+                // A torn last line (crash mid-write) is skipped, not fatal.
+                if let Ok(r) = serde_json::from_str::<OperationRecord>(&line) {
+                    inner.next_id = inner.next_id.max(r.id + 1);
+                    inner.records.push_back(r);
+                    if inner.records.len() > log.capacity {
+                        inner.records.pop_front();
+                    }
+                }
+            }
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        // Start on a fresh line after a torn one.
+        let ends_clean = std::fs::read(path)
+            .map(|b| b.last().is_none_or(|c| *c == b'\n'))
+            .unwrap_or(true);
+        if !ends_clean {
+            file.write_all(b"\n")?;
+        }
+        log.lock().file = Some(file);
+        Ok(log)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `record` (its id is assigned here) and returns the id.
+    pub fn push(&self, mut record: OperationRecord) -> u64 {
+        let mut inner = self.lock();
+        record.id = inner.next_id;
+        inner.next_id += 1;
+        if let Some(f) = inner.file.as_mut()
+            && let Ok(line) = serde_json::to_string(&record)
+            && let Err(e) = writeln!(f, "{line}")
+        {
+            tracing::warn!(error = %e, "operations log not written");
+        }
+        inner.records.push_back(record.clone());
+        if inner.records.len() > self.capacity {
+            inner.records.pop_front();
+        }
+        record.id
+    }
+
+    /// Every record kept, oldest first.
+    pub fn all(&self) -> Vec<OperationRecord> {
+        self.lock().records.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(table: &str) -> OperationRecord {
+        OperationRecord {
+            id: 0,
+            started_us: 1,
+            table: table.into(),
+            kind: "compact".into(),
+            partition: "day=2026-11-29".into(),
+            files_before: 40,
+            files_after: 1,
+            bytes_before: 4000,
+            bytes_after: 3000,
+            files_deleted: 0,
+            millis: 12.5,
+            result: "ok".into(),
+            snapshot_before: Some(1),
+            snapshot_after: Some(2),
+            reason: "hot".into(),
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_log_survives_a_restart_and_skips_a_torn_line() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("ops.jsonl");
+        {
+            let log = OperationLog::persistent(10, &path).expect("open");
+            log.push(op("a.b"));
+            log.push(op("a.c"));
+        }
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(b"{\"id\": 9, \"tab"))
+            .expect("tear");
+        let log = OperationLog::persistent(10, &path).expect("reopen");
+        let all = log.all();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].table, "a.c");
+        assert_eq!(log.push(op("a.d")), 3);
+        drop(log);
+        let log = OperationLog::persistent(10, &path).expect("reopen again");
+        assert_eq!(log.all().len(), 3, "the record after the torn line is kept");
+    }
+}

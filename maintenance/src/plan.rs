@@ -1,0 +1,211 @@
+//! The planner: which operations to run this cycle, in which order, and why. Partitions are
+//! ranked by heat × expected gain within the cycle's byte and file budget; settled partitions
+//! (no new file for `settle_after`) are rewritten whole and sorted, the open one only has its
+//! small files merged; per table the order is expire snapshots → compact → remove orphans →
+//! rewrite manifests, and a table's operations run one after another, never at once.
+
+use serde::Serialize;
+
+use crate::config::MaintenanceConfig;
+use crate::health::TableHealth;
+use crate::inventory::LiveFile;
+
+/// What to do.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    /// Expire this many snapshots.
+    ExpireSnapshots {
+        /// Snapshots past retention.
+        snapshots: usize,
+    },
+    /// Rewrite a partition's files.
+    Compact {
+        /// The partition's spec.
+        spec_id: i32,
+        /// The partition.
+        partition: String,
+        /// Input data files.
+        files: Vec<String>,
+        /// Input bytes.
+        bytes: u64,
+        /// Whether the input is the whole partition (its delete files go too).
+        whole_partition: bool,
+        /// Sort columns.
+        sort: Vec<String>,
+        /// `settled` or `open`.
+        state: String,
+    },
+    /// Delete unreferenced files older than the threshold.
+    RemoveOrphans,
+    /// Merge small manifests.
+    RewriteManifests {
+        /// Data manifests now.
+        manifests: usize,
+    },
+}
+
+impl Action {
+    /// The operation's name in the log.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::ExpireSnapshots { .. } => "expire_snapshots",
+            Action::Compact { .. } => "compact",
+            Action::RemoveOrphans => "remove_orphans",
+            Action::RewriteManifests { .. } => "rewrite_manifests",
+        }
+    }
+
+    fn order(&self) -> u8 {
+        match self {
+            Action::ExpireSnapshots { .. } => 0,
+            Action::Compact { .. } => 1,
+            Action::RemoveOrphans => 2,
+            Action::RewriteManifests { .. } => 3,
+        }
+    }
+}
+
+/// One planned operation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Planned {
+    /// `ns.table`.
+    pub table: String,
+    /// What.
+    pub action: Action,
+    /// heat × gain (compactions); ordering key across tables.
+    pub priority: f64,
+    /// Why, for people.
+    pub reason: String,
+}
+
+/// A table the planner may act on.
+pub struct Candidate<'a> {
+    /// Its health.
+    pub health: &'a TableHealth,
+    /// Its live files.
+    pub files: &'a [LiveFile],
+    /// The table's default partition spec (only its partitions are compacted).
+    pub default_spec: i32,
+    /// Snapshots past retention.
+    pub expirable: usize,
+    /// Whether orphan removal is due.
+    pub orphans_due: bool,
+}
+
+/// Plans one cycle over `candidates` (tables already found due).
+pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i64) -> Vec<Planned> {
+    let small = config.small_file_bytes();
+    let mut compactions: Vec<Planned> = Vec::new();
+    let mut others: Vec<Planned> = Vec::new();
+    for c in candidates {
+        let h = c.health;
+        if c.expirable > 0 {
+            others.push(Planned {
+                table: h.table.clone(),
+                action: Action::ExpireSnapshots { snapshots: c.expirable },
+                priority: 0.0,
+                reason: format!("{} of {} snapshots are past retention", c.expirable, h.snapshots),
+            });
+        }
+        let max_heat = h.partitions.iter().map(|p| p.heat).fold(0.0, f64::max);
+        for p in &h.partitions {
+            if p.spec_id != c.default_spec {
+                continue;
+            }
+            let settled = now_ms - p.last_write_ms >= config.settle_after.as_millis() as i64;
+            let in_partition = c
+                .files
+                .iter()
+                .filter(|f| f.spec_id == p.spec_id && f.partition == p.partition);
+            let data: Vec<&LiveFile> = in_partition.clone().filter(|f| f.is_data()).collect();
+            let has_deletes = p.delete_files > 0;
+            let worth = p.small_files >= config.min_input_files || (settled && has_deletes);
+            if !worth {
+                continue;
+            }
+            let (inputs, state): (Vec<&LiveFile>, &str) = if settled {
+                (data.clone(), "settled")
+            } else {
+                (data.iter().copied().filter(|f| f.bytes() < small).collect(), "open")
+            };
+            let whole = inputs.len() == data.len();
+            let bytes: u64 = inputs.iter().map(|f| f.bytes()).sum();
+            let gain = p.extra_files as f64 + if whole { 3.0 * p.delete_files as f64 } else { 0.0 };
+            let heat_w = if max_heat > 0.0 { 0.25 + 0.75 * p.heat / max_heat } else { 1.0 };
+            let priority = (1.0 + h.heat) * heat_w * gain * if settled { 2.0 } else { 1.0 };
+            let label = if p.partition.is_empty() { "the table".to_string() } else { format!("partition {}", p.partition) };
+            let sort = if settled || !h.sort_columns.is_empty() { h.sort_columns.clone() } else { vec![] };
+            compactions.push(Planned {
+                table: h.table.clone(),
+                action: Action::Compact {
+                    spec_id: p.spec_id,
+                    partition: p.partition.clone(),
+                    files: inputs.iter().map(|f| f.path().to_string()).collect(),
+                    bytes,
+                    whole_partition: whole,
+                    sort: sort.clone(),
+                    state: state.into(),
+                },
+                priority,
+                reason: format!(
+                    "{label} ({state}): {} of {} files small, {} delete files, heat {:.1}{}",
+                    p.small_files,
+                    p.data_files,
+                    p.delete_files,
+                    p.heat,
+                    if sort.is_empty() { String::new() } else { format!("; sorted by {}", sort.join(", ")) }
+                ),
+            });
+        }
+        if c.orphans_due {
+            others.push(Planned {
+                table: h.table.clone(),
+                action: Action::RemoveOrphans,
+                priority: 0.0,
+                reason: format!(
+                    "periodic: files unreferenced for over {} s",
+                    config.orphan_min_age.as_secs()
+                ),
+            });
+        }
+        if h.manifests > config.max_manifests {
+            others.push(Planned {
+                table: h.table.clone(),
+                action: Action::RewriteManifests { manifests: h.manifests },
+                priority: 0.0,
+                reason: format!("{} data manifests (more than {})", h.manifests, config.max_manifests),
+            });
+        }
+    }
+    // Budget: hottest gains first.
+    compactions.sort_by(|a, b| b.priority.total_cmp(&a.priority));
+    let (mut bytes, mut files) = (0u64, 0usize);
+    compactions.retain(|p| {
+        let Action::Compact { bytes: b, files: f, .. } = &p.action else { return false };
+        if bytes > 0 && (bytes + b > config.max_bytes_per_cycle || files + f.len() > config.max_files_per_cycle) {
+            return false;
+        }
+        bytes += b;
+        files += f.len();
+        true
+    });
+    // Tables by their best compaction; each table's operations in the fixed order.
+    let mut tables: Vec<(String, f64)> = Vec::new();
+    for p in compactions.iter().chain(&others) {
+        match tables.iter_mut().find(|(t, _)| *t == p.table) {
+            Some((_, best)) => *best = best.max(p.priority),
+            None => tables.push((p.table.clone(), p.priority)),
+        }
+    }
+    tables.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut all: Vec<Planned> = compactions.into_iter().chain(others).collect();
+    all.sort_by(|a, b| {
+        let ta = tables.iter().position(|(t, _)| *t == a.table);
+        let tb = tables.iter().position(|(t, _)| *t == b.table);
+        ta.cmp(&tb)
+            .then(a.action.order().cmp(&b.action.order()))
+            .then(b.priority.total_cmp(&a.priority))
+    });
+    all
+}

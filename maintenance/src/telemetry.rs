@@ -1,0 +1,289 @@
+//! Query telemetry: what the query path tells the scheduler about each query (tables, the
+//! Iceberg predicate, filtered/joined/grouped columns, latency), sent over a bounded channel
+//! that never blocks a query (a full channel drops the event and counts it), and folded into
+//! [`Heat`]: per table and per predicate, decayed over time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use iceberg::expr::Predicate;
+use tokio::sync::mpsc;
+
+/// Predicates remembered per table (the hottest are kept).
+const PREDICATES_PER_TABLE: usize = 32;
+
+/// What one query read.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// `(namespace, table)` of every lake table read.
+    pub tables: Vec<(String, String)>,
+    /// The query's WHERE as an Iceberg predicate, when it reads one table and translates.
+    pub predicate: Option<Predicate>,
+    /// Columns compared in WHERE / HAVING.
+    pub filter_columns: Vec<String>,
+    /// Columns in JOIN conditions.
+    pub join_columns: Vec<String>,
+    /// Columns in GROUP BY.
+    pub group_columns: Vec<String>,
+}
+
+/// An observation with its outcome.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// What was read.
+    pub observation: Observation,
+    /// Wall time of the query.
+    pub millis: f64,
+    /// When it ran (seconds since the epoch).
+    pub at: f64,
+}
+
+/// The sending side, held by the query path. Cloning is cheap.
+#[derive(Clone)]
+pub struct Telemetry {
+    tx: mpsc::Sender<Event>,
+    counters: Arc<Counters>,
+}
+
+/// Events sent and dropped.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Events accepted into the channel.
+    pub sent: AtomicU64,
+    /// Events dropped because the channel was full (or the scheduler gone).
+    pub dropped: AtomicU64,
+}
+
+impl Telemetry {
+    /// A channel of `capacity` events.
+    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<Event>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (
+            Self {
+                tx,
+                counters: Arc::default(),
+            },
+            rx,
+        )
+    }
+
+    /// Sends without waiting: a full channel drops the event.
+    pub fn send(&self, event: Event) {
+        match self.tx.try_send(event) {
+            Ok(()) => self.counters.sent.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.counters.dropped.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    /// Sent and dropped counts.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+/// Seconds since the epoch, now.
+pub fn now_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// A value that halves every `half_life` seconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Decayed {
+    value: f64,
+    at: f64,
+}
+
+impl Decayed {
+    fn at(&self, now: f64, half_life: f64) -> f64 {
+        let age = (now - self.at).max(0.0);
+        self.value * 0.5f64.powf(age / half_life)
+    }
+
+    fn add(&mut self, weight: f64, when: f64, half_life: f64) {
+        if when >= self.at {
+            self.value = self.at(when, half_life) + weight;
+            self.at = when;
+        } else {
+            // An older event (replayed history): decay it to our time.
+            self.value += weight * 0.5f64.powf((self.at - when) / half_life);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct TableHeat {
+    reads: Decayed,
+    columns: HashMap<String, Decayed>,
+    predicates: Vec<(String, Predicate, Decayed)>,
+    latency_ms: Option<f64>,
+}
+
+/// How hot each table, column and predicate is.
+#[derive(Debug)]
+pub struct Heat {
+    half_life: f64,
+    tables: HashMap<String, TableHeat>,
+}
+
+/// One table's heat, as the planner sees it.
+#[derive(Debug, Clone, Default)]
+pub struct TableHeatView {
+    /// Decayed reads (≈ reads in the last half-life).
+    pub reads: f64,
+    /// Columns by decayed weight (filters count 1, joins ½, group-bys ¼), hottest first.
+    pub columns: Vec<(String, f64)>,
+    /// Predicates by decayed weight, hottest first.
+    pub predicates: Vec<(Predicate, f64)>,
+    /// Latency EWMA of queries reading it.
+    pub latency_ms: Option<f64>,
+}
+
+/// `ns.table`.
+pub fn table_key(namespace: &str, table: &str) -> String {
+    format!("{namespace}.{table}")
+}
+
+impl Heat {
+    /// Empty, fading with `half_life`.
+    pub fn new(half_life: std::time::Duration) -> Self {
+        Self {
+            half_life: half_life.as_secs_f64().max(1.0),
+            tables: HashMap::new(),
+        }
+    }
+
+    /// Folds one event in.
+    pub fn record(&mut self, event: &Event) {
+        let hl = self.half_life;
+        let single = event.observation.tables.len() == 1;
+        for (ns, t) in &event.observation.tables {
+            let heat = self.tables.entry(table_key(ns, t)).or_default();
+            heat.reads.add(1.0, event.at, hl);
+            heat.latency_ms = Some(match heat.latency_ms {
+                Some(l) => 0.8 * l + 0.2 * event.millis,
+                None => event.millis,
+            });
+            let weighted = [
+                (&event.observation.filter_columns, 1.0),
+                (&event.observation.join_columns, 0.5),
+                (&event.observation.group_columns, 0.25),
+            ];
+            for (columns, w) in weighted {
+                for c in columns {
+                    // Column names are unqualified; with several tables they may belong to
+                    // any of them, and the planner ignores names a table does not have.
+                    heat.columns
+                        .entry(c.to_lowercase())
+                        .or_default()
+                        .add(w, event.at, hl);
+                }
+            }
+            if single && let Some(p) = &event.observation.predicate {
+                let key = p.to_string();
+                match heat.predicates.iter_mut().find(|(k, _, _)| *k == key) {
+                    Some((_, _, d)) => d.add(1.0, event.at, hl),
+                    None => {
+                        let mut d = Decayed::default();
+                        d.add(1.0, event.at, hl);
+                        heat.predicates.push((key, p.clone(), d));
+                        if heat.predicates.len() > PREDICATES_PER_TABLE {
+                            let now = event.at;
+                            heat.predicates.sort_by(|a, b| {
+                                b.2.at(now, hl).total_cmp(&a.2.at(now, hl))
+                            });
+                            heat.predicates.truncate(PREDICATES_PER_TABLE);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `ns.table`'s heat now.
+    pub fn view(&self, key: &str) -> TableHeatView {
+        let now = now_secs();
+        let hl = self.half_life;
+        let Some(h) = self.tables.get(key) else {
+            return TableHeatView::default();
+        };
+        let mut columns: Vec<(String, f64)> = h
+            .columns
+            .iter()
+            .map(|(c, d)| (c.clone(), d.at(now, hl)))
+            .collect();
+        columns.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut predicates: Vec<(Predicate, f64)> = h
+            .predicates
+            .iter()
+            .map(|(_, p, d)| (p.clone(), d.at(now, hl)))
+            .collect();
+        predicates.sort_by(|a, b| b.1.total_cmp(&a.1));
+        TableHeatView {
+            reads: h.reads.at(now, hl),
+            columns,
+            predicates,
+            latency_ms: h.latency_ms,
+        }
+    }
+}
+
+/// Drains `rx` into `heat` until every sender is gone.
+pub async fn drain(mut rx: mpsc::Receiver<Event>, heat: Arc<std::sync::Mutex<Heat>>) {
+    while let Some(event) = rx.recv().await {
+        heat.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(&event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::expr::Reference;
+    use iceberg::spec::Datum;
+
+    fn event(filter: &str, at: f64) -> Event {
+        Event {
+            observation: Observation {
+                tables: vec![("s".into(), "orders".into())],
+                predicate: Some(Reference::new(filter).equal_to(Datum::long(7))),
+                filter_columns: vec![filter.into()],
+                join_columns: vec![],
+                group_columns: vec!["region".into()],
+            },
+            millis: 10.0,
+            at,
+        }
+    }
+
+    #[test]
+    fn heat_ranks_columns_and_fades() {
+        let mut heat = Heat::new(std::time::Duration::from_secs(3600));
+        let now = now_secs();
+        for _ in 0..3 {
+            heat.record(&event("customer_id", now));
+        }
+        heat.record(&event("order_id", now - 3600.0));
+        let v = heat.view("s.orders");
+        assert_eq!(v.columns[0].0, "customer_id");
+        assert!((v.columns[0].1 - 3.0).abs() < 0.01, "{:?}", v.columns);
+        let order = v.columns.iter().find(|c| c.0 == "order_id").map(|c| c.1);
+        assert!(order.is_some_and(|w| (w - 0.5).abs() < 0.01), "{order:?}");
+        assert!((v.reads - 3.5).abs() < 0.01);
+        assert_eq!(v.predicates.len(), 2);
+        assert_eq!(heat.view("s.other").reads, 0.0);
+    }
+
+    #[test]
+    fn a_full_channel_drops_and_counts() {
+        let (t, _rx) = Telemetry::channel(1);
+        t.send(event("a", 0.0));
+        t.send(event("a", 0.0));
+        assert_eq!(t.counters().sent.load(Ordering::Relaxed), 1);
+        assert_eq!(t.counters().dropped.load(Ordering::Relaxed), 1);
+    }
+}
