@@ -1,0 +1,310 @@
+"""The maintenance loop against real writers and readers: compaction, snapshot expiry, orphan
+removal and manifest rewrites keep every row (PyIceberg, DuckDB, Spark and Trino agree before
+and after), survive a live writer committing every 100 ms, never delete a file in flight, and
+sort by the column queries filter on so the same query reads fewer files afterwards."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import EqualTo
+
+import warehouse as wh
+from conftest import lakegate_bin, start_gateway
+
+MAINT = """
+[maintenance]
+min_input_files = 2
+settle_after = "1s"
+keep_snapshots = 3
+snapshot_min_age = "1s"
+orphan_min_age = "1h"
+max_manifests = 4
+target_file_size = {target}
+log_path = "{log}"
+[history]
+path = "{history}"
+"""
+
+
+def config(dir_: Path, target: int = 128 << 20, extra: str = "") -> Path:
+    path = dir_ / "maint.toml"
+    path.write_text(MAINT.format(target=target, log=dir_ / "ops.jsonl",
+                                 history=dir_ / "history.jsonl") + extra)
+    return path
+
+
+def maintain(flags: list[str], cfg: Path, table: str | None = None, plan: bool = False) -> str:
+    cmd = [lakegate_bin(), "maintenance", "plan" if plan else "run", *([] if plan else ["--once"]),
+           "--config", str(cfg), *flags, *(["--table", table] if table else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def operations(cfg_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (cfg_dir / "ops.jsonl").read_text().splitlines() if line]
+
+
+def rows(table, columns) -> list[tuple]:
+    t = table.scan().to_arrow()
+    return sorted(zip(*[t[c].to_pylist() for c in columns]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compaction with delete files, expiry and manifest rewrite: four engines agree afterwards.
+
+
+@pytest.fixture(scope="module")
+def estate(engine_estate):
+    return engine_estate
+
+
+def estate_flags(e) -> list[str]:
+    return ["--catalog-uri", f"postgresql://postgres@127.0.0.1:{e.pg_port}/postgres",
+            "--catalog-name", "lake", "--warehouse", e.warehouse]
+
+
+def test_every_engine_reads_the_same_rows_after_maintenance(estate, tmp_path):
+    spark = estate.spark_session()
+    spark.sql("CREATE TABLE lake.public.m_deletes (id BIGINT, name STRING) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')")
+    for i in range(6):
+        spark.sql(f"INSERT INTO lake.public.m_deletes SELECT id, concat('n', id) "
+                  f"FROM range({i * 500 + 1}, {(i + 1) * 500 + 1})")
+    spark.sql("DELETE FROM lake.public.m_deletes WHERE id % 7 = 0")
+    spark.stop()
+    table = estate.catalog.load_table("public.m_deletes")
+    before = rows(table, ["id", "name"])
+    assert len(before) == 3000 - 3000 // 7
+    files_before = table.inspect.files().to_pylist()
+    assert any(f["content"] == 1 for f in files_before), "Spark wrote position deletes"
+
+    cfg = config(tmp_path)
+    out = maintain(estate_flags(estate), cfg, "public.m_deletes")
+    ops = operations(tmp_path)
+    kinds = {(o["kind"], o["result"]) for o in ops}
+    assert ("compact", "ok") in kinds, out
+    assert ("expire_snapshots", "ok") in kinds, out
+
+    table = estate.catalog.load_table("public.m_deletes")
+    assert table.metadata.current_snapshot().summary.operation.value == "replace"
+    files = table.inspect.files().to_pylist()
+    assert [f for f in files if f["content"] != 0] == [], "delete files were folded in"
+    assert len(files) == 1
+    assert len(table.metadata.snapshots) <= 3 + 1
+    assert rows(table, ["id", "name"]) == before, "PyIceberg"
+
+    # Each engine reads the new snapshot with its own Iceberg reader.
+    gw = estate.lakegate('[cache]\nenabled = false\n')
+    for engine in ["datafusion", "duckdb", "trino", "spark"]:
+        with psycopg.connect(gw.dsn, autocommit=True,
+                             options=f"-c lakegate.engine={engine}") as conn:
+            got = conn.execute("SELECT id, name FROM m_deletes ORDER BY id").fetchall()
+            assert got == before, engine
+            snaps = conn.execute(
+                "SELECT snapshots FROM lakegate.queries WHERE sql LIKE '%m_deletes%' "
+                "AND error IS NULL ORDER BY id DESC LIMIT 1").fetchone()[0]
+            assert str(table.metadata.current_snapshot_id) in snaps, engine
+    # Spark on its own, outside lakegate.
+    spark = estate.spark_session()
+    n = spark.sql("SELECT count(*), sum(id) FROM lake.public.m_deletes").collect()[0]
+    spark.stop()
+    assert (n[0], n[1]) == (len(before), sum(r[0] for r in before))
+
+
+def test_a_live_writer_loses_nothing_while_maintenance_runs(estate, tmp_path):
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False),
+                        pa.field("v", pa.string(), nullable=True)])
+    estate.catalog.create_table("public.m_live", schema=schema)
+    cfg = tmp_path / "live.toml"
+    cfg.write_text(f"""
+[cache]
+enabled = false
+[maintenance]
+interval = "1s"
+min_commits = 5
+min_input_files = 5
+settle_after = "1h"
+keep_snapshots = 5
+snapshot_min_age = "2s"
+orphan_min_age = "1h"
+max_manifests = 8
+include = ["public.m_live"]
+log_path = "{tmp_path / 'ops.jsonl'}"
+""")
+    gw = estate.lakegate(cfg.read_text(), ["--maintenance"])
+    committed: list[int] = []
+    retries = [0]
+    stop = time.time() + float(os.environ.get("LAKEGATE_LIVE_WRITER_SECONDS", "40"))
+
+    def writer():
+        next_id = 1
+        table = estate.catalog.load_table("public.m_live")
+        while time.time() < stop:
+            batch = pa.table({"id": pa.array(range(next_id, next_id + 5), pa.int64()),
+                              "v": pa.array([f"r{i}" for i in range(next_id, next_id + 5)])},
+                             schema=schema)
+            for _ in range(20):
+                try:
+                    table.append(batch)
+                    break
+                except CommitFailedException:
+                    retries[0] += 1
+                    table = estate.catalog.load_table("public.m_live")
+            else:
+                raise AssertionError("writer could not commit in 20 attempts")
+            committed.extend(range(next_id, next_id + 5))
+            next_id += 5
+            time.sleep(0.1)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    # Readers through lakegate meanwhile: every answer is a whole number of commits.
+    with psycopg.connect(gw.dsn, autocommit=True) as conn:
+        while t.is_alive():
+            n = conn.execute("SELECT count(*), count(DISTINCT id) FROM m_live").fetchone()
+            assert n[0] == n[1] and n[0] % 5 == 0, n
+            time.sleep(0.5)
+    t.join()
+    time.sleep(3)  # one more cycle over the settled table
+    table = estate.catalog.load_table("public.m_live")
+    ids = sorted(table.scan().to_arrow()["id"].to_pylist())
+    assert ids == sorted(committed), "no row lost or duplicated"
+    with psycopg.connect(gw.dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM m_live").fetchone()[0] == len(committed)
+        ops = conn.execute("SELECT kind, result, detail FROM lakegate.operations "
+                           "WHERE \"table\" = 'public.m_live'").fetchall()
+    compactions = [o for o in ops if o[0] == "compact" and o[1] == "ok"]
+    assert len(compactions) >= 3, ops
+    assert all(o[1] in ("ok", "noop", "conflict") for o in ops), ops
+    files = len(table.inspect.files())
+    commits = len(committed) // 5
+    print(f"live writer: {commits} commits, {retries[0]} writer retries, "
+          f"{len(compactions)} compactions, {files} data files at the end, "
+          f"{sum(1 for o in ops if 're-applied' in o[2])} compactions re-applied over appends")
+    assert files < commits / 4, (files, commits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Orphans and query-aware sorting, on SQLite lakes of their own.
+
+
+def test_orphan_removal_spares_a_file_in_flight(tmp_path):
+    cat = wh.catalog(str(tmp_path))
+    cat.create_namespace("public")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    table = cat.create_table("public.o", schema=schema)
+    for i in range(3):
+        table.append(pa.table({"id": pa.array([i], pa.int64())}, schema=schema))
+    data_dir = Path(table.metadata.location.removeprefix("file://")) / "data"
+    old = data_dir / "abandoned-by-a-crashed-writer.parquet"
+    inflight = data_dir / "written-not-yet-committed.parquet"
+    pq.write_table(pa.table({"id": pa.array([100], pa.int64())}, schema=schema), old)
+    pq.write_table(pa.table({"id": pa.array([7, 8], pa.int64())}, schema=schema), inflight)
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(old, (two_days_ago, two_days_ago))
+
+    out = maintain(wh.flags(str(tmp_path)), config(tmp_path), "public.o")
+    assert not old.exists(), out
+    assert inflight.exists(), "a young unreferenced file must survive"
+    orphan_ops = [o for o in operations(tmp_path) if o["kind"] == "remove_orphans"]
+    assert orphan_ops and orphan_ops[-1]["files_deleted"] == 1, orphan_ops
+    # The writer commits its file later: the table has its rows.
+    table = cat.load_table("public.o")
+    table.add_files([f"file://{inflight}"])
+    assert sorted(cat.load_table("public.o").scan().to_arrow()["id"].to_pylist()) == [0, 1, 2, 7, 8]
+
+
+def overlap(table, column: str) -> float:
+    """Mean fraction of other files whose [min, max] of `column` overlaps each file's by more
+    than a shared boundary value."""
+    ranges = [(f["readable_metrics"][column]["lower_bound"],
+               f["readable_metrics"][column]["upper_bound"])
+              for f in table.inspect.files().to_pylist()]
+    if len(ranges) < 2:
+        return 0.0
+    hits = [sum(1 for j, (lo2, hi2) in enumerate(ranges) if j != i and lo2 < hi and lo < hi2)
+            for i, (lo, hi) in enumerate(ranges)]
+    return sum(hits) / (len(ranges) * (len(ranges) - 1))
+
+
+def test_compaction_sorts_by_the_column_queries_filter_on(tmp_path):
+    cat = wh.catalog(str(tmp_path))
+    cat.create_namespace("public")
+    schema = pa.schema([pa.field("event_id", pa.int64(), nullable=False),
+                        pa.field("customer_id", pa.int64(), nullable=False),
+                        pa.field("payload", pa.string(), nullable=True)])
+    table = cat.create_table("public.events", schema=schema)
+    rnd = random.Random(7)
+    for c in range(16):
+        n = 12_000
+        ids = range(c * n, (c + 1) * n)
+        table.append(pa.table({
+            "event_id": pa.array(ids, pa.int64()),
+            "customer_id": pa.array([rnd.randint(1, 20_000) for _ in ids], pa.int64()),
+            "payload": pa.array([f"{rnd.getrandbits(64):x}" for _ in ids]),
+        }, schema=schema))
+    table = cat.load_table("public.events")
+    before_rows = rows(table, ["event_id", "customer_id", "payload"])
+
+    def files_read(customer: int) -> int:
+        return len(list(cat.load_table("public.events").scan(
+            row_filter=EqualTo("customer_id", customer)).plan_files()))
+
+    cfg = config(tmp_path, target=1 << 20)
+    gw = start_gateway([*wh.flags(str(tmp_path)), "--config", str(cfg)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            for c in rnd.sample(range(1, 20_001), 40):
+                conn.execute("SELECT count(*) FROM events WHERE customer_id = %s", (c,))
+            conn.execute("SELECT count(*) FROM events WHERE event_id = 5")
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=10)
+    probe = [11, 4_321, 9_999, 17_000]
+    read_before = [files_read(c) for c in probe]
+    overlap_before = overlap(table, "customer_id")
+
+    out = maintain(wh.flags(str(tmp_path)), cfg, "public.events")
+    compacted = [o for o in operations(tmp_path) if o["kind"] == "compact"]
+    assert compacted and compacted[-1]["result"] == "ok", out
+    assert "sorted by customer_id" in compacted[-1]["detail"], compacted[-1]
+    table = cat.load_table("public.events")
+    assert rows(table, ["event_id", "customer_id", "payload"]) == before_rows
+    read_after = [files_read(c) for c in probe]
+    overlap_after = overlap(table, "customer_id")
+    print(f"files read per point query: {read_before} -> {read_after}; "
+          f"customer_id range overlap {overlap_before:.2f} -> {overlap_after:.2f}; "
+          f"{len(table.inspect.files())} files")
+    assert len(table.inspect.files()) >= 2, "target size splits the output"
+    assert overlap_before > 0.9 and overlap_after < 0.1
+    assert max(read_after) <= 2 and min(read_before) == 16
+
+    # The system tables show it.
+    gw = start_gateway([*wh.flags(str(tmp_path)), "--config", str(cfg)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            ops = conn.execute("SELECT kind, result, files_before, files_after FROM lakegate.operations "
+                               "WHERE \"table\" = 'public.events' ORDER BY id").fetchall()
+            assert ("compact", "ok", 16, len(table.inspect.files())) in ops, ops
+            health = conn.execute("SELECT score, data_files, sort_columns FROM lakegate.table_health "
+                                  "WHERE \"table\" = 'public.events'").fetchone()
+            assert health[1] == len(table.inspect.files())
+            assert health[0] > 90, health
+            parts = conn.execute("SELECT count(*) FROM lakegate.table_partitions "
+                                 "WHERE \"table\" = 'public.events'").fetchone()
+            assert parts == (1,)
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=10)
