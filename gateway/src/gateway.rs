@@ -93,7 +93,10 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
     ));
     let replayed = service.replay_history();
     if replayed > 0 {
-        info!(queries = replayed, "query heat rebuilt from the kept history");
+        info!(
+            queries = replayed,
+            "query heat rebuilt from the kept history"
+        );
     }
     Ok(service)
 }
@@ -109,26 +112,43 @@ pub async fn maintenance_local(config: &Config, table: Option<&str>, run: bool) 
     let m = service.maintainer();
     let mut out = String::new();
     if run {
-        let records = m
-            .run_cycle(true, table, &|line| println!("{line}"))
-            .await?;
+        let records = m.run_cycle(true, table, &|line| println!("{line}")).await?;
         let _ = writeln!(out, "{} operations run", records.len());
         return Ok(out);
     }
     let (planned, assessed) = m.plan(true, table).await?;
-    let _ = writeln!(out, "{:<32} {:>5} {:>7} {:>7} {:>7} {:>9}  reasons", "table", "score", "files", "small", "deletes", "manifests");
+    let _ = writeln!(
+        out,
+        "{:<32} {:>5} {:>7} {:>7} {:>7} {:>9}  reasons",
+        "table", "score", "files", "small", "deletes", "manifests"
+    );
     for a in &assessed {
         let h = &a.health;
         let _ = writeln!(
             out,
             "{:<32} {:>5.0} {:>7} {:>7} {:>7} {:>9}  {}",
-            h.table, h.score, h.data_files, h.small_files, h.delete_files, h.manifests,
-            if h.reasons.is_empty() { "healthy".to_string() } else { h.reasons.join("; ") }
+            h.table,
+            h.score,
+            h.data_files,
+            h.small_files,
+            h.delete_files,
+            h.manifests,
+            if h.reasons.is_empty() {
+                "healthy".to_string()
+            } else {
+                h.reasons.join("; ")
+            }
         );
     }
     let _ = writeln!(out, "\nplan ({} operations):", planned.len());
     for p in &planned {
-        let _ = writeln!(out, "  {:<18} {:<28} {}", p.action.kind(), p.table, p.reason);
+        let _ = writeln!(
+            out,
+            "  {:<18} {:<28} {}",
+            p.action.kind(),
+            p.table,
+            p.reason
+        );
     }
     Ok(out)
 }

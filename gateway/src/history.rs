@@ -226,7 +226,11 @@ impl QueryHistory {
     }
 
     /// Records a finished query; a successful one's observation goes to the telemetry.
-    fn finish(&self, record: QueryRecord, observation: Option<lakegate_maintenance::telemetry::Observation>) {
+    fn finish(
+        &self,
+        record: QueryRecord,
+        observation: Option<lakegate_maintenance::telemetry::Observation>,
+    ) {
         if record.error.is_none()
             && let (Some(observation), Some(t)) = (observation, self.telemetry.get())
         {

@@ -70,6 +70,8 @@ impl HttpServer {
             .route("/api/queries", get(queries))
             .route("/api/cache", get(cache))
             .route("/api/tables", get(tables))
+            .route("/api/table_health", get(table_health))
+            .route("/api/operations", get(operations))
             .with_state(AppState { service, metrics });
         Ok(Self { listener, app })
     }
@@ -91,6 +93,25 @@ impl HttpServer {
             tracing::error!(%e, "http server stopped");
         }
     }
+}
+
+/// Every table's health (assessed now), least healthy first.
+async fn table_health(State(s): State<AppState>) -> axum::response::Response {
+    match s.service.maintainer().health().await {
+        Ok(h) => Json(json!({ "tables": h })).into_response(),
+        Err(e) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+/// The maintenance operations log, newest first.
+async fn operations(State(s): State<AppState>) -> Json<serde_json::Value> {
+    let mut ops = s.service.maintainer().log().all();
+    ops.reverse();
+    Json(json!({ "operations": ops }))
 }
 
 async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {

@@ -57,8 +57,14 @@ pub fn health_batch(tables: &[TableHealth]) -> RecordBatch {
         ("manifests", int(t().map(|h| h.manifests as i64))),
         ("snapshots", int(t().map(|h| h.snapshots as i64))),
         ("snapshot_lag_s", float(t().map(|h| h.snapshot_lag_s))),
-        ("oldest_snapshot_age_s", float(t().map(|h| h.oldest_snapshot_age_s))),
-        ("commits_last_hour", int(t().map(|h| h.commits_last_hour as i64))),
+        (
+            "oldest_snapshot_age_s",
+            float(t().map(|h| h.oldest_snapshot_age_s)),
+        ),
+        (
+            "commits_last_hour",
+            int(t().map(|h| h.commits_last_hour as i64)),
+        ),
         ("heat", float(t().map(|h| h.heat))),
         (
             "read_latency_ms",
@@ -71,7 +77,11 @@ pub fn health_batch(tables: &[TableHealth]) -> RecordBatch {
 /// One row per (table, partition); `hot` marks partitions with at least half the table's
 /// hottest partition's heat.
 pub fn partitions_batch(tables: &[TableHealth]) -> RecordBatch {
-    let rows: Vec<(&TableHealth, &lakegate_maintenance::health::PartitionHealth, bool)> = tables
+    let rows: Vec<(
+        &TableHealth,
+        &lakegate_maintenance::health::PartitionHealth,
+        bool,
+    )> = tables
         .iter()
         .flat_map(|h| {
             let max = h.partitions.iter().map(|p| p.heat).fold(0.0, f64::max);
@@ -86,12 +96,24 @@ pub fn partitions_batch(tables: &[TableHealth]) -> RecordBatch {
         ("partition", text(r().map(|(_, p, _)| p.partition.as_str()))),
         ("spec_id", int(r().map(|(_, p, _)| p.spec_id as i64))),
         ("data_files", int(r().map(|(_, p, _)| p.data_files as i64))),
-        ("small_files", int(r().map(|(_, p, _)| p.small_files as i64))),
+        (
+            "small_files",
+            int(r().map(|(_, p, _)| p.small_files as i64)),
+        ),
         ("bytes", int(r().map(|(_, p, _)| p.bytes as i64))),
         ("records", int(r().map(|(_, p, _)| p.records as i64))),
-        ("delete_files", int(r().map(|(_, p, _)| p.delete_files as i64))),
-        ("delete_records", int(r().map(|(_, p, _)| p.delete_records as i64))),
-        ("last_write", timestamps(r().map(|(_, p, _)| p.last_write_ms * 1000))),
+        (
+            "delete_files",
+            int(r().map(|(_, p, _)| p.delete_files as i64)),
+        ),
+        (
+            "delete_records",
+            int(r().map(|(_, p, _)| p.delete_records as i64)),
+        ),
+        (
+            "last_write",
+            timestamps(r().map(|(_, p, _)| p.last_write_ms * 1000)),
+        ),
         ("heat", float(r().map(|(_, p, _)| p.heat))),
         (
             "hot",

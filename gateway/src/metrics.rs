@@ -24,6 +24,9 @@ pub struct Metrics {
     cache: GaugeVec,
     tokens: GaugeVec,
     table: GaugeVec,
+    maintenance: GaugeVec,
+    telemetry: GaugeVec,
+    health: GaugeVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -120,7 +123,40 @@ impl Metrics {
                 &["table", "stat"],
             )?,
         );
+        let maintenance = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_maintenance_operations",
+                    "Maintenance operations run since start, by kind and result (stat=count|seconds)",
+                ),
+                &["kind", "result", "stat"],
+            )?,
+        );
+        let telemetry = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_telemetry_events",
+                    "Query telemetry events sent to the maintenance loop, and dropped (channel full)",
+                ),
+                &["outcome"],
+            )?,
+        );
+        let health = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_table_health",
+                    "Per table, as last assessed: score (0-100), small_files, manifests, snapshots, heat",
+                ),
+                &["table", "stat"],
+            )?,
+        );
         Ok(Self {
+            maintenance,
+            telemetry,
+            health,
             registry: r,
             queries,
             latency,
@@ -203,6 +239,39 @@ impl Metrics {
                 ("bytes", info.bytes as f64),
             ] {
                 self.table.with_label_values(&[&info.name, stat]).set(value);
+            }
+        }
+        let m = service.maintainer();
+        for ((kind, result), (count, secs)) in m
+            .counters()
+            .by_kind
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            self.maintenance
+                .with_label_values(&[kind, result, "count"])
+                .set(*count as f64);
+            self.maintenance
+                .with_label_values(&[kind, result, "seconds"])
+                .set(*secs);
+        }
+        let c = m.telemetry().counters();
+        self.telemetry
+            .with_label_values(&["sent"])
+            .set(load(&c.sent) as f64);
+        self.telemetry
+            .with_label_values(&["dropped"])
+            .set(load(&c.dropped) as f64);
+        for h in m.last_health() {
+            for (stat, value) in [
+                ("score", h.score),
+                ("small_files", h.small_files as f64),
+                ("manifests", h.manifests as f64),
+                ("snapshots", h.snapshots as f64),
+                ("heat", h.heat),
+            ] {
+                self.health.with_label_values(&[&h.table, stat]).set(value);
             }
         }
         let mut out = Vec::new();

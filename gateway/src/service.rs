@@ -200,9 +200,8 @@ impl GatewayService {
         }
         let mut pins = routed.resolved.pins.iter();
         let predicate = match (pins.next(), pins.next()) {
-            (Some((_, table)), None) => crate::profile::top_where(statement).and_then(|w| {
-                estimate::predicate(w, table.table.metadata().current_schema())
-            }),
+            (Some((_, table)), None) => crate::profile::top_where(statement)
+                .and_then(|w| estimate::predicate(w, table.table.metadata().current_schema())),
             _ => None,
         };
         Some(Observation {
@@ -233,17 +232,18 @@ impl GatewayService {
                 if profile.tables.is_empty() {
                     continue;
                 }
-                self.maintainer.replay(&lakegate_maintenance::telemetry::Event {
-                    observation: Observation {
-                        tables: profile.tables,
-                        predicate: None,
-                        filter_columns: profile.filter_columns,
-                        join_columns: profile.join_columns,
-                        group_columns: profile.group_columns,
-                    },
-                    millis: record.millis,
-                    at: record.started_us as f64 / 1e6,
-                });
+                self.maintainer
+                    .replay(&lakegate_maintenance::telemetry::Event {
+                        observation: Observation {
+                            tables: profile.tables,
+                            predicate: None,
+                            filter_columns: profile.filter_columns,
+                            join_columns: profile.join_columns,
+                            group_columns: profile.group_columns,
+                        },
+                        millis: record.millis,
+                        at: record.started_us as f64 / 1e6,
+                    });
                 n += 1;
             }
         }
@@ -303,15 +303,15 @@ impl GatewayService {
                 "queries" => self.history.batch(),
                 "engines" => self.engines_batch().await,
                 "routing" => self.routing_batch(),
-                "table_health" => crate::maintenance_tables::health_batch(
-                    &self.maintainer.health().await?,
-                ),
-                "table_partitions" => crate::maintenance_tables::partitions_batch(
-                    &self.maintainer.health().await?,
-                ),
-                "operations" => crate::maintenance_tables::operations_batch(
-                    &self.maintainer.log().all(),
-                ),
+                "table_health" => {
+                    crate::maintenance_tables::health_batch(&self.maintainer.health().await?)
+                }
+                "table_partitions" => {
+                    crate::maintenance_tables::partitions_batch(&self.maintainer.health().await?)
+                }
+                "operations" => {
+                    crate::maintenance_tables::operations_batch(&self.maintainer.log().all())
+                }
                 _ => return Err(Error::UnknownSystemTable { name }),
             };
             out.push((name, batch));

@@ -61,10 +61,9 @@ impl Committer {
                     .map_err(|e| Error::Rest(e.to_string()))?;
                 let root = config.uri.trim_end_matches('/').to_string();
                 let token = config.props.get("token").cloned();
-                let mut req = http.get(format!("{root}/v1/config")).query(&[(
-                    "warehouse",
-                    config.warehouse.as_str(),
-                )]);
+                let mut req = http
+                    .get(format!("{root}/v1/config"))
+                    .query(&[("warehouse", config.warehouse.as_str())]);
                 if let Some(t) = &token {
                     req = req.bearer_auth(t);
                 }
@@ -127,7 +126,10 @@ impl Committer {
                     .metadata_location()
                     .ok_or_else(|| Error::Invariant("table has no metadata location".into()))?
                     .to_string();
-                let mut builder = current.metadata().clone().into_builder(Some(location.clone()));
+                let mut builder = current
+                    .metadata()
+                    .clone()
+                    .into_builder(Some(location.clone()));
                 for u in updates {
                     builder = u.apply(builder)?;
                 }
@@ -140,7 +142,11 @@ impl Committer {
                 let sql = "UPDATE iceberg_tables SET metadata_location = ?, \
                            previous_metadata_location = ? WHERE catalog_name = ? \
                            AND table_namespace = ? AND table_name = ? AND metadata_location = ?";
-                let sql = if *dollar { dollar_placeholders(sql) } else { sql.to_string() };
+                let sql = if *dollar {
+                    dollar_placeholders(sql)
+                } else {
+                    sql.to_string()
+                };
                 let done = sqlx::query(&sql)
                     .bind(&next)
                     .bind(&location)
@@ -152,9 +158,7 @@ impl Committer {
                     .await?;
                 if done.rows_affected() == 0 {
                     let _ = current.file_io().delete(&next).await;
-                    return Err(Error::Conflict(format!(
-                        "{ident} changed while committing"
-                    )));
+                    return Err(Error::Conflict(format!("{ident} changed while committing")));
                 }
                 self.load(ident).await
             }

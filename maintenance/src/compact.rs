@@ -15,6 +15,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::prelude::{SessionConfig, SessionContext, ident};
 use futures::{StreamExt, TryStreamExt};
+use iceberg::TableIdent;
 use iceberg::arrow::FieldMatchMode;
 use iceberg::spec::{DataContentType, DataFile, DataFileFormat, PartitionKey, SnapshotRef};
 use iceberg::table::Table;
@@ -25,7 +26,6 @@ use iceberg::writer::file_writer::location_generator::{
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use iceberg::TableIdent;
 
 use crate::commit::Committer;
 use crate::error::{Error, Result};
@@ -88,13 +88,20 @@ pub async fn run(committer: &Committer, cache: &ManifestCache, job: &Job) -> Res
             files_out: written.0.len(),
             bytes_out: written.0.iter().map(|f| f.file_size_in_bytes()).sum(),
             rows: written.1,
-            deletes_removed: if job.whole_partition { job.deletes.len() } else { 0 },
+            deletes_removed: if job.whole_partition {
+                job.deletes.len()
+            } else {
+                0
+            },
             snapshot_id,
             attempts,
         }),
         Err(e) => {
             // Known not committed (a conflict or a check): the new files are ours alone.
-            if matches!(e, Error::Conflict(_) | Error::Invariant(_) | Error::Unsupported(_)) {
+            if matches!(
+                e,
+                Error::Conflict(_) | Error::Invariant(_) | Error::Unsupported(_)
+            ) {
                 for f in &written.0 {
                     let _ = table.file_io().delete(f.file_path()).await;
                 }
@@ -188,7 +195,9 @@ async fn write(table: &Table, job: &Job) -> Result<(Vec<DataFile>, u64)> {
             "read {rows_out} rows from files holding {records_in} (no deletes apply)"
         ))
     } else if rows_out > records_in {
-        Some(format!("read {rows_out} rows from files holding {records_in}"))
+        Some(format!(
+            "read {rows_out} rows from files holding {records_in}"
+        ))
     } else {
         None
     };
@@ -215,7 +224,8 @@ async fn sort(
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(FairSpillPool::new(memory as usize)))
         .build_arc()?;
-    let ctx = SessionContext::new_with_config_rt(SessionConfig::new().with_target_partitions(1), runtime);
+    let ctx =
+        SessionContext::new_with_config_rt(SessionConfig::new().with_target_partitions(1), runtime);
     let source = OneShot {
         schema: schema.clone(),
         stream: Mutex::new(Some(input)),
@@ -244,10 +254,7 @@ impl PartitionStream for OneShot {
         &self.schema
     }
 
-    fn execute(
-        &self,
-        _ctx: Arc<datafusion::execution::TaskContext>,
-    ) -> SendableRecordBatchStream {
+    fn execute(&self, _ctx: Arc<datafusion::execution::TaskContext>) -> SendableRecordBatchStream {
         let taken = self.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
         match taken {
             Some(s) => s,

@@ -126,7 +126,10 @@ impl MaintenanceConfig {
             return bad("min_input_files", "must be at least 2");
         }
         if self.keep_snapshots < 1 {
-            return bad("keep_snapshots", "must be at least 1 (the current snapshot)");
+            return bad(
+                "keep_snapshots",
+                "must be at least 1 (the current snapshot)",
+            );
         }
         if self.interval.is_zero() {
             return bad("interval", "must be positive");

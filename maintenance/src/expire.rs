@@ -127,14 +127,17 @@ pub async fn run(
     let mut doomed: Vec<(String, u64)> = Vec::new();
     let mut seen = HashSet::new();
     for s in &expired {
-        if !retained_lists.contains(s.manifest_list()) && seen.insert(s.manifest_list().to_string()) {
+        if !retained_lists.contains(s.manifest_list()) && seen.insert(s.manifest_list().to_string())
+        {
             doomed.push((s.manifest_list().to_string(), 0));
         }
         let Ok(list) = before.manifest_list_reader(s).load().await else {
             continue; // already gone: a previous expiry was interrupted after deleting it
         };
         for m in list.entries() {
-            if retained_manifests.contains(&m.manifest_path) || !seen.insert(m.manifest_path.clone()) {
+            if retained_manifests.contains(&m.manifest_path)
+                || !seen.insert(m.manifest_path.clone())
+            {
                 continue;
             }
             doomed.push((m.manifest_path.clone(), m.manifest_length as u64));

@@ -89,17 +89,32 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / 1048576.0)
 }
 
-/// Scores `table` at `inventory` with per-partition `heat` (by `(spec, label)`).
+/// What the assessment knows besides the table's files.
+pub struct Signals<'a> {
+    /// Heat per `(spec, partition label)`.
+    pub partition_heat: &'a HashMap<(i32, String), f64>,
+    /// The table's heat.
+    pub table_heat: &'a crate::telemetry::TableHeatView,
+    /// The columns compaction would sort by.
+    pub sort_columns: Vec<String>,
+    /// Snapshots past retention.
+    pub expirable: usize,
+}
+
+/// Scores `table` at `inventory` with the heat and retention `signals`.
 pub fn assess(
     key: &str,
     table: &Table,
     inventory: Option<&Inventory>,
-    heat: &HashMap<(i32, String), f64>,
-    table_heat: &crate::telemetry::TableHeatView,
-    sort_columns: Vec<String>,
-    expirable: usize,
+    signals: Signals<'_>,
     config: &MaintenanceConfig,
 ) -> TableHealth {
+    let Signals {
+        partition_heat: heat,
+        table_heat,
+        sort_columns,
+        expirable,
+    } = signals;
     let metadata = table.metadata();
     let now = chrono::Utc::now().timestamp_millis();
     let small = config.small_file_bytes();
@@ -124,7 +139,10 @@ pub fn assess(
                 delete_files: 0,
                 delete_records: 0,
                 last_write_ms: 0,
-                heat: heat.get(&(f.spec_id, f.partition.clone())).copied().unwrap_or(0.0),
+                heat: heat
+                    .get(&(f.spec_id, f.partition.clone()))
+                    .copied()
+                    .unwrap_or(0.0),
                 extra_files: 0,
             });
         if f.data_file.content_type() == DataContentType::Data {
@@ -178,7 +196,7 @@ pub fn assess(
         .filter(|s| now - s.timestamp_ms() < 3_600_000)
         .count();
 
-    let mut score = 100.0;
+    let mut score: f64 = 100.0;
     let mut reasons = Vec::new();
     // Fragmentation, weighted by heat.
     let max_heat = partitions.iter().map(|p| p.heat).fold(0.0, f64::max);
@@ -190,17 +208,28 @@ pub fn assess(
         }
     };
     let (extra_w, files_w) = partitions.iter().fold((0.0, 0.0), |(e, f), p| {
-        (e + weight(p) * p.extra_files as f64, f + weight(p) * p.data_files as f64)
+        (
+            e + weight(p) * p.extra_files as f64,
+            f + weight(p) * p.data_files as f64,
+        )
     });
     if files_w > 0.0 && extra_w > 0.0 {
         let penalty = 45.0 * extra_w / files_w;
         score -= penalty;
-        let worst = partitions
-            .iter()
-            .max_by(|a, b| (weight(a) * a.extra_files as f64).total_cmp(&(weight(b) * b.extra_files as f64)));
+        let worst = partitions.iter().max_by(|a, b| {
+            (weight(a) * a.extra_files as f64).total_cmp(&(weight(b) * b.extra_files as f64))
+        });
         if let Some(w) = worst {
-            let hot = if max_heat > 0.0 && w.heat >= max_heat * 0.5 { "hot " } else { "" };
-            let name = if w.partition.is_empty() { "the table".to_string() } else { format!("{hot}partition {}", w.partition) };
+            let hot = if max_heat > 0.0 && w.heat >= max_heat * 0.5 {
+                "hot "
+            } else {
+                ""
+            };
+            let name = if w.partition.is_empty() {
+                "the table".to_string()
+            } else {
+                format!("{hot}partition {}", w.partition)
+            };
             reasons.push(format!(
                 "-{penalty:.0}: {small_files} of {data_files} data files are small (< {}); worst: {name} with {} of {} small",
                 mib(small),
@@ -246,12 +275,14 @@ pub fn assess(
         delete_manifests,
         snapshots,
         oldest_snapshot_age_s: oldest.map(|o| (now - o) as f64 / 1000.0).unwrap_or(0.0),
-        snapshot_lag_s: newest.map(|n| (now - n).max(0) as f64 / 1000.0).unwrap_or(0.0),
+        snapshot_lag_s: newest
+            .map(|n| (now - n).max(0) as f64 / 1000.0)
+            .unwrap_or(0.0),
         commits_last_hour,
         heat: table_heat.reads,
         read_latency_ms: table_heat.latency_ms,
         sort_columns,
-        score: (score as f64).clamp(0.0, 100.0),
+        score: score.clamp(0.0, 100.0),
         reasons,
         partitions,
     }

@@ -95,7 +95,11 @@ impl Inventory {
     ///
     /// # Errors
     /// Storage and Avro errors.
-    pub async fn load(table: &Table, snapshot: &SnapshotRef, cache: &ManifestCache) -> Result<Self> {
+    pub async fn load(
+        table: &Table,
+        snapshot: &SnapshotRef,
+        cache: &ManifestCache,
+    ) -> Result<Self> {
         let list = table.manifest_list_reader(snapshot).load().await?;
         let manifests: Vec<ManifestFile> = list.entries().to_vec();
         let mut files = Vec::new();
@@ -153,10 +157,9 @@ fn show_literal(transform: Transform, v: &Literal) -> String {
         (Transform::Day, PrimitiveLiteral::Int(d)) => (epoch + chrono::Duration::days(*d as i64))
             .format("%Y-%m-%d")
             .to_string(),
-        (Transform::Hour, PrimitiveLiteral::Int(h)) => (epoch
-            + chrono::Duration::hours(*h as i64))
-        .format("%Y-%m-%d-%H")
-        .to_string(),
+        (Transform::Hour, PrimitiveLiteral::Int(h)) => (epoch + chrono::Duration::hours(*h as i64))
+            .format("%Y-%m-%d-%H")
+            .to_string(),
         (Transform::Month, PrimitiveLiteral::Int(m)) => {
             format!("{:04}-{:02}", 1970 + m.div_euclid(12), m.rem_euclid(12) + 1)
         }

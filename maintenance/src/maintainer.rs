@@ -23,7 +23,7 @@ use crate::inventory::{Inventory, ManifestCache, partition_label};
 use crate::oplog::{OperationLog, OperationRecord};
 use crate::plan::{self, Action, Candidate, Planned};
 use crate::snapshot::Replace;
-use crate::telemetry::{Event, Heat, Telemetry, TableHeatView, table_key};
+use crate::telemetry::{Event, Heat, TableHeatView, Telemetry, table_key};
 
 /// Per-table scheduling state.
 #[derive(Debug, Clone, Copy, Default)]
@@ -186,10 +186,12 @@ impl Maintainer {
             &key,
             &table,
             inventory.as_ref(),
-            &partition_heat,
-            &view,
-            sort,
-            expirable,
+            health::Signals {
+                partition_heat: &partition_heat,
+                table_heat: &view,
+                sort_columns: sort,
+                expirable,
+            },
             &self.config,
         );
         Ok(Assessment {
@@ -217,7 +219,11 @@ impl Maintainer {
     /// Heat per partition: each hot predicate's weight goes to the partitions its scan
     /// selects (Iceberg's own partition pruning at the current snapshot); reads without a
     /// predicate warm every partition.
-    async fn partition_heat(&self, table: &Table, view: &TableHeatView) -> HashMap<(i32, String), f64> {
+    async fn partition_heat(
+        &self,
+        table: &Table,
+        view: &TableHeatView,
+    ) -> HashMap<(i32, String), f64> {
         let mut out: HashMap<(i32, String), f64> = HashMap::new();
         let Some(snapshot) = table.metadata().current_snapshot() else {
             return out;
@@ -232,8 +238,12 @@ impl Maintainer {
             else {
                 continue;
             };
-            let Ok(stream) = scan.plan_files().await else { continue };
-            let Ok(tasks) = stream.try_collect::<Vec<_>>().await else { continue };
+            let Ok(stream) = scan.plan_files().await else {
+                continue;
+            };
+            let Ok(tasks) = stream.try_collect::<Vec<_>>().await else {
+                continue;
+            };
             let mut hit = std::collections::HashSet::new();
             for t in tasks {
                 if let (Some(spec), Some(p)) = (&t.partition_spec, &t.partition) {
@@ -278,7 +288,8 @@ impl Maintainer {
         let max_ms = self.config.max_interval.as_millis() as i64;
         let due = commits_since >= self.config.min_commits
             || (commits_since > 0 && now - st.last_run_ms >= max_ms);
-        let orphans = now - st.last_orphans_ms >= max_ms.max(self.config.orphan_min_age.as_millis() as i64 / 4);
+        let orphans = now - st.last_orphans_ms
+            >= max_ms.max(self.config.orphan_min_age.as_millis() as i64 / 4);
         (due, due && orphans)
     }
 
@@ -287,7 +298,11 @@ impl Maintainer {
     ///
     /// # Errors
     /// Catalog errors listing tables.
-    pub async fn plan(&self, force: bool, only: Option<&str>) -> Result<(Vec<Planned>, Vec<Assessment>)> {
+    pub async fn plan(
+        &self,
+        force: bool,
+        only: Option<&str>,
+    ) -> Result<(Vec<Planned>, Vec<Assessment>)> {
         let mut assessed = Vec::new();
         let mut flags = Vec::new();
         for (ns, t) in self.tables().await? {
@@ -313,13 +328,21 @@ impl Maintainer {
             .zip(&flags)
             .map(|(a, orphans)| Candidate {
                 health: &a.health,
-                files: a.inventory.as_ref().map(|i| i.files.as_slice()).unwrap_or(&[]),
+                files: a
+                    .inventory
+                    .as_ref()
+                    .map(|i| i.files.as_slice())
+                    .unwrap_or(&[]),
                 default_spec: a.table.metadata().default_partition_spec_id(),
                 expirable: a.expirable,
                 orphans_due: *orphans,
             })
             .collect();
-        let planned = plan::plan(&candidates, &self.config, chrono::Utc::now().timestamp_millis());
+        let planned = plan::plan(
+            &candidates,
+            &self.config,
+            chrono::Utc::now().timestamp_millis(),
+        );
         Ok((planned, assessed))
     }
 
@@ -341,24 +364,37 @@ impl Maintainer {
         let mut touched = std::collections::HashSet::new();
         for p in planned {
             if started.elapsed() > self.config.max_cycle_time {
-                progress(&format!("cycle time budget spent; {} left for next cycle", p.table));
+                progress(&format!(
+                    "cycle time budget spent; {} left for next cycle",
+                    p.table
+                ));
                 break;
             }
-            let Some(a) = assessed.iter().find(|a| a.health.table == p.table) else { continue };
+            let Some(a) = assessed.iter().find(|a| a.health.table == p.table) else {
+                continue;
+            };
             progress(&format!("{} {}: {} …", p.action.kind(), p.table, p.reason));
             let record = self.execute(&p, a).await;
             progress(&format!(
                 "{} {}{}: {} in {:.2} s (files {} → {}, {} → {}){}",
                 record.kind,
                 record.table,
-                if record.partition.is_empty() { String::new() } else { format!(" {}", record.partition) },
+                if record.partition.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", record.partition)
+                },
                 record.result,
                 record.millis / 1000.0,
                 record.files_before,
                 record.files_after,
                 human_bytes(record.bytes_before),
                 human_bytes(record.bytes_after),
-                if record.detail.is_empty() { String::new() } else { format!(" — {}", record.detail) },
+                if record.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" — {}", record.detail)
+                },
             ));
             touched.insert(p.table.clone());
             done.push(record);
@@ -368,7 +404,10 @@ impl Maintainer {
         for a in &assessed {
             let s = state.entry(a.health.table.clone()).or_default();
             s.last_run_ms = now;
-            if done.iter().any(|r| r.table == a.health.table && r.kind == "remove_orphans") {
+            if done
+                .iter()
+                .any(|r| r.table == a.health.table && r.kind == "remove_orphans")
+            {
                 s.last_orphans_ms = now;
             }
         }
@@ -380,7 +419,11 @@ impl Maintainer {
         let started = Instant::now();
         let started_us = chrono::Utc::now().timestamp_micros();
         let ident = a.table.identifier().clone();
-        let snapshot_before = a.table.metadata().current_snapshot().map(|s| s.snapshot_id());
+        let snapshot_before = a
+            .table
+            .metadata()
+            .current_snapshot()
+            .map(|s| s.snapshot_id());
         let mut r = OperationRecord {
             id: 0,
             started_us,
@@ -508,12 +551,20 @@ impl Maintainer {
                 _ => "failed",
             }
             .into();
-            r.detail = if r.detail.is_empty() { e.to_string() } else { format!("{}; {e}", r.detail) };
+            r.detail = if r.detail.is_empty() {
+                e.to_string()
+            } else {
+                format!("{}; {e}", r.detail)
+            };
             tracing::warn!(table = %r.table, kind = %r.kind, error = %e, "maintenance operation did not complete");
         }
         r.millis = started.elapsed().as_secs_f64() * 1000.0;
         {
-            let mut by = self.counters.by_kind.lock().unwrap_or_else(|p| p.into_inner());
+            let mut by = self
+                .counters
+                .by_kind
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             let c = by.entry((r.kind.clone(), r.result.clone())).or_default();
             c.0 += 1;
             c.1 += r.millis / 1000.0;
@@ -532,7 +583,10 @@ impl Maintainer {
                     _ = shutdown.cancelled() => break,
                     _ = tick.tick() => {}
                 }
-                if let Err(e) = self.run_cycle(false, None, &|line| tracing::info!("{line}")).await {
+                if let Err(e) = self
+                    .run_cycle(false, None, &|line| tracing::info!("{line}"))
+                    .await
+                {
                     tracing::warn!(error = %e, "maintenance cycle failed");
                 }
             }
@@ -541,7 +595,10 @@ impl Maintainer {
 
     /// The health computed last (by a cycle or [`Maintainer::health`]), for metrics.
     pub fn last_health(&self) -> Vec<TableHealth> {
-        self.last_health.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.last_health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -578,12 +635,17 @@ pub fn sort_columns(table: &Table, view: &TableHeatView) -> Vec<String> {
         .collect()
 }
 
-fn split_groups(mut files: Vec<crate::inventory::LiveFile>, max_bytes: u64) -> Vec<Vec<crate::inventory::LiveFile>> {
+fn split_groups(
+    mut files: Vec<crate::inventory::LiveFile>,
+    max_bytes: u64,
+) -> Vec<Vec<crate::inventory::LiveFile>> {
     files.sort_by_key(|f| f.bytes());
     let mut groups: Vec<Vec<crate::inventory::LiveFile>> = vec![];
     let mut bytes = 0;
     for f in files {
-        if groups.is_empty() || (bytes + f.bytes() > max_bytes && !groups.last().is_some_and(|g| g.is_empty())) {
+        if groups.is_empty()
+            || (bytes + f.bytes() > max_bytes && !groups.last().is_some_and(|g| g.is_empty()))
+        {
             groups.push(vec![]);
             bytes = 0;
         }

@@ -124,8 +124,7 @@ pub async fn run(
         ..Default::default()
     };
     for (path, modified, len) in files {
-        if referenced.contains(&path)
-            || path.file_name().is_some_and(|n| n == "version-hint.text")
+        if referenced.contains(&path) || path.file_name().is_some_and(|n| n == "version-hint.text")
         {
             continue;
         }
@@ -139,7 +138,9 @@ pub async fn run(
                 out.deleted += 1;
                 out.bytes += len;
             }
-            Err(e) => tracing::warn!(path = %path.display(), error = %e, "could not delete an orphan"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not delete an orphan")
+            }
         }
     }
     Ok(out)

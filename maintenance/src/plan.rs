@@ -103,9 +103,14 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
         if c.expirable > 0 {
             others.push(Planned {
                 table: h.table.clone(),
-                action: Action::ExpireSnapshots { snapshots: c.expirable },
+                action: Action::ExpireSnapshots {
+                    snapshots: c.expirable,
+                },
                 priority: 0.0,
-                reason: format!("{} of {} snapshots are past retention", c.expirable, h.snapshots),
+                reason: format!(
+                    "{} of {} snapshots are past retention",
+                    c.expirable, h.snapshots
+                ),
             });
         }
         let max_heat = h.partitions.iter().map(|p| p.heat).fold(0.0, f64::max);
@@ -127,15 +132,35 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
             let (inputs, state): (Vec<&LiveFile>, &str) = if settled {
                 (data.clone(), "settled")
             } else {
-                (data.iter().copied().filter(|f| f.bytes() < small).collect(), "open")
+                (
+                    data.iter().copied().filter(|f| f.bytes() < small).collect(),
+                    "open",
+                )
             };
             let whole = inputs.len() == data.len();
             let bytes: u64 = inputs.iter().map(|f| f.bytes()).sum();
-            let gain = p.extra_files as f64 + if whole { 3.0 * p.delete_files as f64 } else { 0.0 };
-            let heat_w = if max_heat > 0.0 { 0.25 + 0.75 * p.heat / max_heat } else { 1.0 };
+            let gain = p.extra_files as f64
+                + if whole {
+                    3.0 * p.delete_files as f64
+                } else {
+                    0.0
+                };
+            let heat_w = if max_heat > 0.0 {
+                0.25 + 0.75 * p.heat / max_heat
+            } else {
+                1.0
+            };
             let priority = (1.0 + h.heat) * heat_w * gain * if settled { 2.0 } else { 1.0 };
-            let label = if p.partition.is_empty() { "the table".to_string() } else { format!("partition {}", p.partition) };
-            let sort = if settled || !h.sort_columns.is_empty() { h.sort_columns.clone() } else { vec![] };
+            let label = if p.partition.is_empty() {
+                "the table".to_string()
+            } else {
+                format!("partition {}", p.partition)
+            };
+            let sort = if settled || !h.sort_columns.is_empty() {
+                h.sort_columns.clone()
+            } else {
+                vec![]
+            };
             compactions.push(Planned {
                 table: h.table.clone(),
                 action: Action::Compact {
@@ -154,7 +179,11 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
                     p.data_files,
                     p.delete_files,
                     p.heat,
-                    if sort.is_empty() { String::new() } else { format!("; sorted by {}", sort.join(", ")) }
+                    if sort.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; sorted by {}", sort.join(", "))
+                    }
                 ),
             });
         }
@@ -172,9 +201,14 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
         if h.manifests > config.max_manifests {
             others.push(Planned {
                 table: h.table.clone(),
-                action: Action::RewriteManifests { manifests: h.manifests },
+                action: Action::RewriteManifests {
+                    manifests: h.manifests,
+                },
                 priority: 0.0,
-                reason: format!("{} data manifests (more than {})", h.manifests, config.max_manifests),
+                reason: format!(
+                    "{} data manifests (more than {})",
+                    h.manifests, config.max_manifests
+                ),
             });
         }
     }
@@ -182,8 +216,16 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
     compactions.sort_by(|a, b| b.priority.total_cmp(&a.priority));
     let (mut bytes, mut files) = (0u64, 0usize);
     compactions.retain(|p| {
-        let Action::Compact { bytes: b, files: f, .. } = &p.action else { return false };
-        if bytes > 0 && (bytes + b > config.max_bytes_per_cycle || files + f.len() > config.max_files_per_cycle) {
+        let Action::Compact {
+            bytes: b, files: f, ..
+        } = &p.action
+        else {
+            return false;
+        };
+        if bytes > 0
+            && (bytes + b > config.max_bytes_per_cycle
+                || files + f.len() > config.max_files_per_cycle)
+        {
             return false;
         }
         bytes += b;

@@ -177,11 +177,13 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
             }
             written.push(path);
             out.push(writer.write_manifest_file().await?);
-        } else if replace
-            .merge_manifests_below
-            .is_some_and(|below| m.content == ManifestContentType::Data && (m.manifest_length as u64) < below)
-        {
-            to_merge.entry(m.partition_spec_id).or_default().push(m.clone());
+        } else if replace.merge_manifests_below.is_some_and(|below| {
+            m.content == ManifestContentType::Data && (m.manifest_length as u64) < below
+        }) {
+            to_merge
+                .entry(m.partition_spec_id)
+                .or_default()
+                .push(m.clone());
         } else {
             out.push(m.clone());
         }
@@ -269,9 +271,7 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
         .filter(|m| m.content == ManifestContentType::Data)
         .count();
 
-    let list_path = format!(
-        "{location}/metadata/snap-{snapshot_id}-1-{commit_uuid}.avro"
-    );
+    let list_path = format!("{location}/metadata/snap-{snapshot_id}-1-{commit_uuid}.avro");
     written.push(list_path.clone());
     let mut list_writer = ManifestListWriter::v2(
         file_io.new_output(&list_path)?.writer().await?,
@@ -299,11 +299,14 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
     put("total-files-size", totals.bytes);
     put("total-position-deletes", totals.position_deletes);
     put("total-equality-deletes", totals.equality_deletes);
-    props.insert("lakegate.operation".into(), if replace.add.is_empty() && replace.remove.is_empty() {
-        "rewrite-manifests".into()
-    } else {
-        "rewrite-data-files".into()
-    });
+    props.insert(
+        "lakegate.operation".into(),
+        if replace.add.is_empty() && replace.remove.is_empty() {
+            "rewrite-manifests".into()
+        } else {
+            "rewrite-data-files".into()
+        },
+    );
     let now = chrono::Utc::now().timestamp_millis();
     let snapshot = Snapshot::builder()
         .with_snapshot_id(snapshot_id)

@@ -192,9 +192,8 @@ impl Heat {
                         heat.predicates.push((key, p.clone(), d));
                         if heat.predicates.len() > PREDICATES_PER_TABLE {
                             let now = event.at;
-                            heat.predicates.sort_by(|a, b| {
-                                b.2.at(now, hl).total_cmp(&a.2.at(now, hl))
-                            });
+                            heat.predicates
+                                .sort_by(|a, b| b.2.at(now, hl).total_cmp(&a.2.at(now, hl)));
                             heat.predicates.truncate(PREDICATES_PER_TABLE);
                         }
                     }

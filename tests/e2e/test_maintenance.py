@@ -310,6 +310,20 @@ def test_compaction_sorts_by_the_column_queries_filter_on(tmp_path):
             parts = conn.execute("SELECT count(*) FROM lakegate.table_partitions "
                                  "WHERE \"table\" = 'public.events'").fetchone()
             assert parts == (1,)
+            conn.execute("SELECT count(*) FROM events WHERE customer_id = 3").fetchone()
+        # The admin API and the metrics say the same.
+        import urllib.request
+        api = json.loads(urllib.request.urlopen(f"{gw.http}/api/operations").read())
+        assert len(api["operations"]) == len(ops)
+        assert api["operations"][0]["id"] == max(o["id"] for o in api["operations"])
+        metrics = urllib.request.urlopen(f"{gw.http}/metrics").read().decode()
+        score = [l for l in metrics.splitlines()
+                 if l.startswith("lakegate_table_health{") and 'table="public.events"' in l
+                 and 'stat="score"' in l]
+        assert score and float(score[0].rsplit(" ", 1)[1]) == pytest.approx(health[0], abs=1)
+        sent = [l for l in metrics.splitlines()
+                if l.startswith('lakegate_telemetry_events{outcome="sent"}')]
+        assert sent and float(sent[0].rsplit(" ", 1)[1]) >= 1, sent
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=10)
