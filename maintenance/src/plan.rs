@@ -251,3 +251,180 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
     });
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::PartitionHealth;
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat};
+
+    const MIB: u64 = 1 << 20;
+
+    fn file(table: &str, partition: &str, i: usize, bytes: u64) -> LiveFile {
+        LiveFile {
+            data_file: DataFileBuilder::default()
+                .content(DataContentType::Data)
+                .file_path(format!("/w/{table}/{partition}/{i}.parquet"))
+                .file_format(DataFileFormat::Parquet)
+                .record_count(10)
+                .file_size_in_bytes(bytes)
+                .partition_spec_id(0)
+                .build()
+                .expect("data file"),
+            spec_id: 0,
+            partition: partition.into(),
+            snapshot_id: 1,
+            sequence_number: 1,
+            file_sequence_number: Some(1),
+        }
+    }
+
+    fn partition(name: &str, files: usize, heat: f64, last_write_ms: i64) -> PartitionHealth {
+        PartitionHealth {
+            spec_id: 0,
+            partition: name.into(),
+            data_files: files,
+            small_files: files,
+            bytes: files as u64 * MIB,
+            records: 10 * files as u64,
+            delete_files: 0,
+            delete_records: 0,
+            last_write_ms,
+            heat,
+            extra_files: files - 1,
+        }
+    }
+
+    fn health(table: &str, heat: f64, partitions: Vec<PartitionHealth>) -> TableHealth {
+        TableHealth {
+            table: table.into(),
+            snapshot_id: Some(1),
+            data_files: partitions.iter().map(|p| p.data_files).sum(),
+            small_files: 0,
+            bytes: 0,
+            records: 0,
+            delete_files: 0,
+            delete_records: 0,
+            manifests: 40,
+            delete_manifests: 0,
+            snapshots: 50,
+            oldest_snapshot_age_s: 0.0,
+            snapshot_lag_s: 0.0,
+            commits_last_hour: 50,
+            heat,
+            read_latency_ms: None,
+            sort_columns: vec!["customer_id".into()],
+            score: 10.0,
+            reasons: vec![],
+            partitions,
+        }
+    }
+
+    #[test]
+    fn hot_settled_partitions_come_first_and_each_table_keeps_the_order() {
+        let now = 10_000_000;
+        let settled = now - 3_600_000;
+        let config = MaintenanceConfig::default();
+        let files_a: Vec<LiveFile> = (0..10)
+            .map(|i| file("a", "day=1", i, MIB))
+            .chain((0..10).map(|i| file("a", "day=2", i, MIB)))
+            .chain((0..6).map(|i| file("a", "day=3", i, MIB)))
+            .collect();
+        let files_b: Vec<LiveFile> = (0..30).map(|i| file("b", "", i, MIB)).collect();
+        let a = health(
+            "s.a",
+            50.0,
+            vec![
+                partition("day=1", 10, 0.0, settled),
+                partition("day=2", 10, 40.0, settled),
+                // The open partition: written a moment ago; only its small files are merged.
+                partition("day=3", 6, 50.0, now - 1000),
+            ],
+        );
+        let b = health("s.b", 0.0, vec![partition("", 30, 0.0, settled)]);
+        let candidates = [
+            Candidate {
+                health: &b,
+                files: &files_b,
+                default_spec: 0,
+                expirable: 3,
+                orphans_due: true,
+            },
+            Candidate {
+                health: &a,
+                files: &files_a,
+                default_spec: 0,
+                expirable: 40,
+                orphans_due: false,
+            },
+        ];
+        let planned = plan(&candidates, &config, now);
+        let summary: Vec<(String, &str, String)> = planned
+            .iter()
+            .map(|p| {
+                let part = match &p.action {
+                    Action::Compact {
+                        partition, state, ..
+                    } => format!("{partition}/{state}"),
+                    _ => String::new(),
+                };
+                (p.table.clone(), p.action.kind(), part)
+            })
+            .collect();
+        let s = |t: &str, k: &'static str, p: &str| (t.to_string(), k, p.to_string());
+        assert_eq!(
+            summary,
+            vec![
+                // The read table first; within it expiry, then compactions by heat × gain
+                // (the hot settled day=2 before the hotter but open day=3), then manifests.
+                s("s.a", "expire_snapshots", ""),
+                s("s.a", "compact", "day=2/settled"),
+                s("s.a", "compact", "day=3/open"),
+                s("s.a", "compact", "day=1/settled"),
+                s("s.a", "rewrite_manifests", ""),
+                s("s.b", "expire_snapshots", ""),
+                s("s.b", "compact", "/settled"),
+                s("s.b", "remove_orphans", ""),
+                s("s.b", "rewrite_manifests", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_byte_budget_keeps_the_best_compactions() {
+        let now = 10_000_000;
+        let config = MaintenanceConfig {
+            max_bytes_per_cycle: 12 * MIB,
+            ..Default::default()
+        };
+        let files: Vec<LiveFile> = (0..10)
+            .map(|i| file("a", "day=1", i, MIB))
+            .chain((0..10).map(|i| file("a", "day=2", i, MIB)))
+            .collect();
+        let mut h = health(
+            "s.a",
+            10.0,
+            vec![
+                partition("day=1", 10, 1.0, 0),
+                partition("day=2", 10, 9.0, 0),
+            ],
+        );
+        h.manifests = 1;
+        let planned = plan(
+            &[Candidate {
+                health: &h,
+                files: &files,
+                default_spec: 0,
+                expirable: 0,
+                orphans_due: false,
+            }],
+            &config,
+            now,
+        );
+        assert_eq!(planned.len(), 1, "{planned:?}");
+        assert!(
+            matches!(&planned[0].action, Action::Compact { partition, bytes, .. }
+            if partition == "day=2" && *bytes == 10 * MIB)
+        );
+    }
+}
