@@ -15,6 +15,8 @@ command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 command -v unzip >/dev/null || need_apt+=(unzip)
 command -v curl >/dev/null || need_apt+=(curl)
+command -v chromium >/dev/null || need_apt+=(chromium)   # the console's browser test
+command -v node >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -61,6 +63,15 @@ for wheel in wheels.glob("duckdb_extension_*.whl"):
             if name.endswith(".duckdb_extension"):
                 (out / pathlib.Path(name).name).write_bytes(z.read(name))
 PY
+fi
+# playwright-core drives Chromium for the web console test (no browser download: Debian's).
+PLAYWRIGHT_VERSION=1.65.1
+NODE_DIR="$CACHE/node"
+if [ ! -f "$NODE_DIR/node_modules/playwright-core/package.json" ] || \
+   ! grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$NODE_DIR/node_modules/playwright-core/package.json"; then
+  echo "setup: playwright-core $PLAYWRIGHT_VERSION from npm"
+  mkdir -p "$NODE_DIR"
+  (cd "$NODE_DIR" && npm install -q --no-audit --no-fund --no-save "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null)
 fi
 # Trino 476 needs Java 24+ (scripts/trino-server.sh; override with TRINO_JAVA). Debian has none
 # in apt; the machines here carry a Temurin 25 JDK.

@@ -385,8 +385,14 @@ impl Gateway {
             self.http.run(shutdown)
         );
         if let Some(loop_) = maintenance {
-            // A cycle in flight finishes its current commit; the loop stops at the next tick.
-            let _ = loop_.await;
+            // A cycle in flight finishes its current operation (commits are atomic; an
+            // interrupted one leaves only unreferenced files, which orphan removal collects).
+            if tokio::time::timeout(std::time::Duration::from_secs(10), loop_)
+                .await
+                .is_err()
+            {
+                warn!("maintenance operation still running at shutdown; abandoned");
+            }
         }
     }
 }

@@ -11,6 +11,10 @@
 //! | `/api/queries?limit=N&slowest=true` | recent (or slowest) queries from the history |
 //! | `/api/cache` | result cache counters |
 //! | `/api/tables` | tables seen, at their current snapshot: age, files, delete files |
+//! | `/api/table_health` | every table's health score, reasons and trend |
+//! | `/api/table/{ns.table}` | one table: freshness budget, partitions, operations |
+//! | `/api/operations` | the maintenance operations log, newest first |
+//! | `/` | the web console (reads the endpoints above) |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -70,6 +74,8 @@ impl HttpServer {
             .route("/api/queries", get(queries))
             .route("/api/cache", get(cache))
             .route("/api/tables", get(tables))
+            .route("/", get(console_page))
+            .route("/api/table/{name}", get(table_detail))
             .route("/api/table_health", get(table_health))
             .route("/api/operations", get(operations))
             .with_state(AppState { service, metrics });
@@ -95,10 +101,54 @@ impl HttpServer {
     }
 }
 
-/// Every table's health (assessed now), least healthy first.
+/// The web console.
+async fn console_page() -> axum::response::Html<&'static str> {
+    axum::response::Html(crate::console::PAGE)
+}
+
+/// One table's page data (see [`crate::console::table_detail`]).
+async fn table_detail(
+    State(s): State<AppState>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> axum::response::Response {
+    match crate::console::table_detail(&s.service, &name).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => {
+            let status = match e.kind() {
+                lakegate_engines::ErrorKind::UndefinedTable => StatusCode::NOT_FOUND,
+                lakegate_engines::ErrorKind::Unsupported => StatusCode::BAD_REQUEST,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            (status, Json(json!({ "error": e.to_string() }))).into_response()
+        }
+    }
+}
+
+/// Every table's health (assessed at most 2 s ago), least healthy first, with its trend.
 async fn table_health(State(s): State<AppState>) -> axum::response::Response {
-    match s.service.maintainer().health().await {
-        Ok(h) => Json(json!({ "tables": h })).into_response(),
+    let m = s.service.maintainer();
+    match m.health_within(std::time::Duration::from_secs(2)).await {
+        Ok(h) => {
+            let tables: Vec<Value> = h
+                .iter()
+                .map(|t| {
+                    let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
+                    let trend: Vec<Value> = m
+                        .trend(&t.table)
+                        .into_iter()
+                        .rev()
+                        .take(60)
+                        .rev()
+                        .map(|(at, score, files)| json!({"at_ms": at, "score": score, "files": files}))
+                        .collect();
+                    v["trend"] = json!(trend);
+                    // The estate view lists tables; partitions are on each table's page.
+                    v["partitions"] = json!(t.partitions.len());
+                    v
+                })
+                .collect();
+            Json(json!({ "tables": tables })).into_response()
+        }
         Err(e) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "error": e.to_string() })),
@@ -192,9 +242,24 @@ async fn routing(State(s): State<AppState>) -> Json<Value> {
                    "success_rate": o.success})
         })
         .collect();
+    let breakers: serde_json::Map<String, Value> = s
+        .service
+        .engines()
+        .names()
+        .into_iter()
+        .map(|e| {
+            let state = match router.stats.breaker(e) {
+                crate::routing::stats::Breaker::Closed => "closed",
+                crate::routing::stats::Breaker::Open { .. } => "open",
+                _ => "half-open",
+            };
+            (e.to_string(), json!(state))
+        })
+        .collect();
     Json(
         json!({"default_group": table.default_group, "groups": groups, "rules": rules,
-                "load": load, "observed": observed, "warnings": table.warnings}),
+                "load": load, "observed": observed, "warnings": table.warnings,
+                "breakers": breakers}),
     )
 }
 

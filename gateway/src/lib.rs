@@ -34,6 +34,7 @@ pub mod admin_cli;
 pub mod cache;
 pub mod classify;
 pub mod config;
+pub mod console;
 pub mod demo;
 pub mod error;
 pub mod frontend;

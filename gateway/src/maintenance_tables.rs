@@ -75,7 +75,7 @@ pub fn health_batch(tables: &[TableHealth]) -> RecordBatch {
 }
 
 /// One row per (table, partition); `hot` marks partitions with at least half the table's
-/// hottest partition's heat.
+/// hottest partition's heat (and hotter than its coldest).
 pub fn partitions_batch(tables: &[TableHealth]) -> RecordBatch {
     let rows: Vec<(
         &TableHealth,
@@ -85,9 +85,15 @@ pub fn partitions_batch(tables: &[TableHealth]) -> RecordBatch {
         .iter()
         .flat_map(|h| {
             let max = h.partitions.iter().map(|p| p.heat).fold(0.0, f64::max);
-            h.partitions
-                .iter()
-                .map(move |p| (h, p, max > 0.0 && p.heat >= max * 0.5))
+            let min = h.partitions.iter().map(|p| p.heat).fold(f64::MAX, f64::min);
+            let single = h.partitions.len() == 1;
+            h.partitions.iter().map(move |p| {
+                (
+                    h,
+                    p,
+                    max > 0.0 && p.heat >= max * 0.5 && (p.heat > min || single),
+                )
+            })
         })
         .collect();
     let r = || rows.iter();

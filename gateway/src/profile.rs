@@ -160,6 +160,40 @@ pub fn top_where(statement: &Statement) -> Option<&Expr> {
     }
 }
 
+/// `expr` with bound parameters (`$1`, …) replaced by their values as string literals, so a
+/// parameterised WHERE translates to an Iceberg predicate like a literal one would.
+pub fn bind_parameters(expr: &Expr, params: Option<&datafusion::common::ParamValues>) -> Expr {
+    use datafusion::sql::sqlparser::ast::{ValueWithSpan, visit_expressions_mut};
+    let mut expr = expr.clone();
+    let Some(datafusion::common::ParamValues::List(values)) = params else {
+        return expr;
+    };
+    let _ = visit_expressions_mut(&mut expr, |e| {
+        if let Expr::Value(ValueWithSpan {
+            value: Value::Placeholder(p),
+            ..
+        }) = e
+            && let Some(v) = p
+                .strip_prefix('$')
+                .and_then(|n| n.parse::<usize>().ok())
+                .and_then(|n| values.get(n.checked_sub(1)?))
+            && !v.value.is_null()
+        {
+            let text = match &v.value {
+                datafusion::common::ScalarValue::TimestampMicrosecond(Some(us), Some(_)) => {
+                    chrono::DateTime::from_timestamp_micros(*us)
+                        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string())
+                        .unwrap_or_else(|| v.value.to_string())
+                }
+                other => other.to_string(),
+            };
+            *e = Expr::Value(Value::SingleQuotedString(text).into());
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    expr
+}
+
 /// Functions that make a query an aggregate.
 const AGGREGATES: &[&str] = &[
     "count",
@@ -387,6 +421,37 @@ fn limit_of(query: &Query) -> Option<u64> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    use datafusion::common::{ParamValues, ScalarValue};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    #[test]
+    fn parameters_become_literals_for_predicates() {
+        let expr = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql("order_ts >= $1::timestamptz AND customer_id = $2 AND x = $3")
+            .and_then(|mut p| p.parse_expr())
+            .expect("expr");
+        let params = ParamValues::List(vec![
+            ScalarValue::TimestampMicrosecond(Some(1_795_000_000_000_000), Some("UTC".into()))
+                .into(),
+            ScalarValue::Int64(Some(42)).into(),
+            ScalarValue::Int64(None).into(),
+        ]);
+        let bound = super::bind_parameters(&expr, Some(&params)).to_string();
+        assert!(
+            bound.contains("order_ts >= '2026-11-18T11:06:40"),
+            "{bound}"
+        );
+        assert!(bound.contains("customer_id = '42'"), "{bound}");
+        assert!(
+            bound.contains("x = $3"),
+            "a NULL stays a placeholder: {bound}"
+        );
     }
 }
 

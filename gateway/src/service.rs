@@ -193,15 +193,22 @@ impl GatewayService {
 
     /// What a routed query reads, for the maintenance loop's heat: its tables and columns,
     /// and (one table) its WHERE as an Iceberg predicate on that table's schema.
-    fn observation(&self, statement: &Statement, routed: &Routed) -> Option<Observation> {
+    fn observation(
+        &self,
+        statement: &Statement,
+        routed: &Routed,
+        params: Option<&ParamValues>,
+    ) -> Option<Observation> {
         let p = &routed.profile;
         if p.tables.is_empty() {
             return None;
         }
         let mut pins = routed.resolved.pins.iter();
         let predicate = match (pins.next(), pins.next()) {
-            (Some((_, table)), None) => crate::profile::top_where(statement)
-                .and_then(|w| estimate::predicate(w, table.table.metadata().current_schema())),
+            (Some((_, table)), None) => crate::profile::top_where(statement).and_then(|w| {
+                let bound = crate::profile::bind_parameters(w, params);
+                estimate::predicate(&bound, table.table.metadata().current_schema())
+            }),
             _ => None,
         };
         Some(Observation {
@@ -836,7 +843,7 @@ impl GatewayService {
         pending.record.shape = routed.profile.shape.name();
         pending.record.scan_bytes = routed.bytes();
         pending.record.group = routed.decision.group.name.clone();
-        pending.observation = self.observation(statement, &routed);
+        pending.observation = self.observation(statement, &routed, params);
         if self.cache.enabled()
             && routed.decision.group.cache
             && routed.resolved.system_tables.is_empty()

@@ -103,7 +103,9 @@ impl Committer {
         Ok(self.lake.catalog().load_table(ident).await?)
     }
 
-    /// Applies `updates` to `ident` if `requirements` hold on its current metadata.
+    /// Applies `updates` to `base` (the table as the caller loaded it) if `requirements` hold
+    /// and nobody committed since: the swap compares against `base`'s metadata location, so
+    /// the window between reading and swapping is only this call.
     ///
     /// # Errors
     /// [`Error::Conflict`] when a requirement fails or another writer won the swap (nothing
@@ -111,25 +113,22 @@ impl Committer {
     /// timed out is unknown).
     pub async fn commit(
         &self,
-        ident: &TableIdent,
+        base: &Table,
         updates: Vec<TableUpdate>,
         requirements: Vec<TableRequirement>,
     ) -> Result<Table> {
+        let ident = base.identifier();
         match &self.swap {
             Swap::Sql { pool, dollar } => {
-                let current = self.load(ident).await?;
                 for r in &requirements {
-                    r.check(Some(current.metadata()))
+                    r.check(Some(base.metadata()))
                         .map_err(|e| Error::Conflict(e.message().to_string()))?;
                 }
-                let location = current
+                let location = base
                     .metadata_location()
                     .ok_or_else(|| Error::Invariant("table has no metadata location".into()))?
                     .to_string();
-                let mut builder = current
-                    .metadata()
-                    .clone()
-                    .into_builder(Some(location.clone()));
+                let mut builder = base.metadata().clone().into_builder(Some(location.clone()));
                 for u in updates {
                     builder = u.apply(builder)?;
                 }
@@ -137,8 +136,17 @@ impl Committer {
                 let next = MetadataLocation::from_str(&location)?
                     .with_next_version()
                     .with_new_metadata(&metadata);
-                metadata.write_to(current.file_io(), &next).await?;
+                metadata.write_to(base.file_io(), &next).await?;
                 let next = next.to_string();
+                // Built before the swap: once the swap succeeds nothing may fail, or a caller
+                // would take a committed change for a failed one.
+                let committed = Table::builder()
+                    .identifier(ident.clone())
+                    .file_io(base.file_io().clone())
+                    .runtime(iceberg::Runtime::try_current()?)
+                    .metadata(metadata)
+                    .metadata_location(next.clone())
+                    .build()?;
                 let sql = "UPDATE iceberg_tables SET metadata_location = ?, \
                            previous_metadata_location = ? WHERE catalog_name = ? \
                            AND table_namespace = ? AND table_name = ? AND metadata_location = ?";
@@ -157,10 +165,10 @@ impl Committer {
                     .execute(pool)
                     .await?;
                 if done.rows_affected() == 0 {
-                    let _ = current.file_io().delete(&next).await;
+                    let _ = base.file_io().delete(&next).await;
                     return Err(Error::Conflict(format!("{ident} changed while committing")));
                 }
-                self.load(ident).await
+                Ok(committed)
             }
             Swap::Rest { http, base, token } => {
                 let ns: Vec<String> = ident.namespace().iter().cloned().collect();

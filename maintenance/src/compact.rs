@@ -309,13 +309,15 @@ pub async fn commit_replace(
     ident: &TableIdent,
     replace: &Replace,
 ) -> Result<(i64, usize)> {
-    const ATTEMPTS: usize = 8;
+    // A writer committing every 100 ms wins most races against a slow commit: keep trying
+    // with short jittered pauses (the re-application itself is cheap; manifests are cached).
+    const ATTEMPTS: usize = 25;
     let mut last = None;
     for attempt in 1..=ATTEMPTS {
         let table = committer.load(ident).await?;
         let produced = crate::snapshot::produce(&table, replace, cache).await?;
         match committer
-            .commit(ident, produced.updates, produced.requirements)
+            .commit(&table, produced.updates, produced.requirements)
             .await
         {
             Ok(_) => return Ok((produced.snapshot_id, attempt)),
@@ -325,8 +327,7 @@ pub async fn commit_replace(
                 }
                 tracing::debug!(%ident, attempt, %why, "commit lost the race; re-applying");
                 last = Some(why);
-                let backoff = 20u64 << attempt.min(5);
-                tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
+                tokio::time::sleep(jitter(attempt)).await;
             }
             Err(e) => return Err(e),
         }
@@ -335,4 +336,12 @@ pub async fn commit_replace(
         "the table moved on every one of {ATTEMPTS} attempts: {}",
         last.unwrap_or_default()
     )))
+}
+
+/// A short pause before retry `attempt`: 5–40 ms, growing slowly, randomised so two
+/// committers do not retry in lockstep.
+pub fn jitter(attempt: usize) -> std::time::Duration {
+    let spread = 5 + (attempt as u64).min(7) * 5;
+    let r = uuid::Uuid::new_v4().as_u64_pair().0 % spread;
+    std::time::Duration::from_millis(5 + r)
 }

@@ -100,10 +100,10 @@ pub async fn run(
                 snapshot_id: current,
             },
         ];
-        match committer.commit(ident, updates, requirements).await {
+        match committer.commit(&table, updates, requirements).await {
             Ok(after) => break (table, after, expired),
-            Err(Error::Conflict(_)) if attempt < 8 => {
-                tokio::time::sleep(std::time::Duration::from_millis(20 << attempt.min(5))).await;
+            Err(Error::Conflict(_)) if attempt < 25 => {
+                tokio::time::sleep(crate::compact::jitter(attempt)).await;
             }
             Err(e) => return Err(e),
         }

@@ -109,7 +109,7 @@ impl Inventory {
             for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
                 let data_file = entry.data_file().clone();
                 let partition = match &spec {
-                    Some(spec) => partition_label(spec, table, data_file.partition()),
+                    Some(spec) => partition_label(spec, data_file.partition()),
                     None => String::new(),
                 };
                 files.push(LiveFile {
@@ -132,8 +132,7 @@ impl Inventory {
 
 /// `field=value/...` for a partition tuple (`""` for an unpartitioned table); time transforms
 /// are shown as dates and hours.
-pub fn partition_label(spec: &PartitionSpec, table: &Table, data: &Struct) -> String {
-    let _ = table;
+pub fn partition_label(spec: &PartitionSpec, data: &Struct) -> String {
     spec.fields()
         .iter()
         .zip(data.iter())

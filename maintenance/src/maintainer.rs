@@ -19,7 +19,7 @@ use crate::compact::{self, Job};
 use crate::config::MaintenanceConfig;
 use crate::error::{Error, Result};
 use crate::health::{self, TableHealth};
-use crate::inventory::{Inventory, ManifestCache, partition_label};
+use crate::inventory::{Inventory, ManifestCache};
 use crate::oplog::{OperationLog, OperationRecord};
 use crate::plan::{self, Action, Candidate, Planned};
 use crate::snapshot::Replace;
@@ -64,8 +64,18 @@ pub struct Maintainer {
     /// One cycle at a time (so never two operations on one table).
     cycle: tokio::sync::Mutex<()>,
     counters: OpCounters,
-    last_health: Mutex<Vec<TableHealth>>,
+    last_health: Mutex<(Option<Instant>, Vec<TableHealth>)>,
+    /// Set when the gateway shuts down: a cycle stops before its next operation.
+    stopping: CancellationToken,
+    /// Score and data files per table over time (ms, score, files), for trends.
+    trend: Mutex<HashMap<String, Trend>>,
 }
+
+/// One table's (ms since the epoch, score, data files) samples, oldest first.
+type Trend = std::collections::VecDeque<(i64, f64, usize)>;
+
+/// Trend samples kept per table.
+const TREND_POINTS: usize = 240;
 
 impl Maintainer {
     /// A maintainer for `lake` (telemetry starts flowing at once; the loop runs only when
@@ -109,7 +119,9 @@ impl Maintainer {
             state: Mutex::new(state),
             cycle: tokio::sync::Mutex::new(()),
             counters: OpCounters::default(),
-            last_health: Mutex::new(Vec::new()),
+            last_health: Mutex::new((None, Vec::new())),
+            trend: Mutex::new(HashMap::new()),
+            stopping: CancellationToken::new(),
         }))
     }
 
@@ -174,7 +186,7 @@ impl Maintainer {
             Some(s) => Some(Inventory::load(&table, s, &self.cache).await?),
             None => None,
         };
-        let partition_heat = self.partition_heat(&table, &view).await;
+        let partition_heat = self.partition_heat(&table, inventory.as_ref(), &view).await;
         let sort = sort_columns(&table, &view);
         let expirable = crate::expire::expirable(
             &table,
@@ -194,6 +206,7 @@ impl Maintainer {
             },
             &self.config,
         );
+        self.sample(&health);
         Ok(Assessment {
             health,
             table,
@@ -212,22 +225,72 @@ impl Maintainer {
             }
         }
         out.sort_by(|a, b| a.score.total_cmp(&b.score).then(a.table.cmp(&b.table)));
-        *self.last_health.lock().unwrap_or_else(|p| p.into_inner()) = out.clone();
+        *self.last_health.lock().unwrap_or_else(|p| p.into_inner()) =
+            (Some(Instant::now()), out.clone());
         Ok(out)
     }
 
+    /// Every table's health, recomputed only if the last assessment is older than `max_age`
+    /// (the console polls this; thousands of tables are not re-read every second).
+    ///
+    /// # Errors
+    /// Catalog errors listing tables.
+    pub async fn health_within(&self, max_age: std::time::Duration) -> Result<Vec<TableHealth>> {
+        {
+            let last = self.last_health.lock().unwrap_or_else(|p| p.into_inner());
+            if last.0.is_some_and(|at| at.elapsed() < max_age) {
+                return Ok(last.1.clone());
+            }
+        }
+        self.health().await
+    }
+
+    /// `ns.table`'s trend: (ms since the epoch, score, data files), oldest first.
+    pub fn trend(&self, key: &str) -> Vec<(i64, f64, usize)> {
+        self.trend
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .map(|t| t.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    fn sample(&self, h: &TableHealth) {
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut trend = self.trend.lock().unwrap_or_else(|p| p.into_inner());
+        let t = trend.entry(h.table.clone()).or_default();
+        if t.back().is_some_and(|(at, _, _)| now - at < 1000) {
+            t.pop_back();
+        }
+        t.push_back((now, h.score, h.data_files));
+        if t.len() > TREND_POINTS {
+            t.pop_front();
+        }
+    }
+
     /// Heat per partition: each hot predicate's weight goes to the partitions its scan
-    /// selects (Iceberg's own partition pruning at the current snapshot); reads without a
-    /// predicate warm every partition.
+    /// selects (Iceberg's own partition and metrics pruning at the current snapshot, mapped
+    /// back to partitions through the inventory); reads without a predicate warm every
+    /// partition.
     async fn partition_heat(
         &self,
         table: &Table,
+        inventory: Option<&Inventory>,
         view: &TableHeatView,
     ) -> HashMap<(i32, String), f64> {
         let mut out: HashMap<(i32, String), f64> = HashMap::new();
-        let Some(snapshot) = table.metadata().current_snapshot() else {
+        let (Some(snapshot), Some(inventory)) = (table.metadata().current_snapshot(), inventory)
+        else {
             return out;
         };
+        let by_path: HashMap<&str, (i32, &str)> = inventory
+            .files
+            .iter()
+            .map(|f| (f.path(), (f.spec_id, f.partition.as_str())))
+            .collect();
+        for f in &inventory.files {
+            out.entry((f.spec_id, f.partition.clone())).or_insert(0.0);
+        }
         let mut spread = view.reads;
         for (predicate, weight) in view.predicates.iter().take(8) {
             let Ok(scan) = table
@@ -244,23 +307,16 @@ impl Maintainer {
             let Ok(tasks) = stream.try_collect::<Vec<_>>().await else {
                 continue;
             };
-            let mut hit = std::collections::HashSet::new();
-            for t in tasks {
-                if let (Some(spec), Some(p)) = (&t.partition_spec, &t.partition) {
-                    hit.insert((spec.spec_id(), partition_label(spec, table, p)));
-                }
-            }
-            for k in hit {
-                *out.entry(k).or_default() += weight;
+            let hit: std::collections::HashSet<(i32, &str)> = tasks
+                .iter()
+                .filter_map(|t| by_path.get(t.data_file_path.as_str()).copied())
+                .collect();
+            for (spec, label) in hit {
+                *out.entry((spec, label.to_string())).or_default() += weight;
             }
             spread -= weight;
         }
-        if spread > 0.0
-            && let Some(inv) = Inventory::load(table, snapshot, &self.cache).await.ok()
-        {
-            for f in inv.files {
-                out.entry((f.spec_id, f.partition)).or_insert(0.0);
-            }
+        if spread > 0.0 {
             for v in out.values_mut() {
                 *v += spread;
             }
@@ -363,6 +419,10 @@ impl Maintainer {
         let mut done = Vec::new();
         let mut touched = std::collections::HashSet::new();
         for p in planned {
+            if self.stopping.is_cancelled() {
+                progress("shutting down: the rest of the plan waits for the next start");
+                break;
+            }
             if started.elapsed() > self.config.max_cycle_time {
                 progress(&format!(
                     "cycle time budget spent; {} left for next cycle",
@@ -575,6 +635,12 @@ impl Maintainer {
 
     /// Runs the loop every `interval` until `shutdown` fires.
     pub fn spawn(self: Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let stopping = self.stopping.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            stopping.cancel();
+        });
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(self.config.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -598,6 +664,7 @@ impl Maintainer {
         self.last_health
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .1
             .clone()
     }
 }

@@ -130,7 +130,7 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
                 && !replace.known_deletes.contains(f.file_path())
                 && let Some(spec) = spec
             {
-                let label = partition_label(spec, table, f.partition());
+                let label = partition_label(spec, f.partition());
                 if replace
                     .guard_partitions
                     .contains(&(m.partition_spec_id, label.clone()))

@@ -2,10 +2,12 @@
 ephemeral port, stopped by PID at the end of the session."""
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +46,9 @@ def start_gateway(flags: list[str], extra: list[str] | None = None) -> Gateway:
         if line.startswith("lakegate listening"):
             addrs = dict(part.split("=", 1) for part in line.split()[2:])
             gw = Gateway(proc, int(addrs["pg"].rsplit(":", 1)[1]), "")
+            # Drain stderr (logs) so a chatty gateway never blocks on a full pipe; keep the tail.
+            gw.log_tail = collections.deque(maxlen=400)
+            threading.Thread(target=lambda: gw.log_tail.extend(proc.stderr), daemon=True).start()
             gw.flight_port = int(addrs["flight"].rsplit(":", 1)[1])
             gw.http = f"http://{addrs['http']}"
             return gw
