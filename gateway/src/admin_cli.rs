@@ -87,25 +87,36 @@ pub async fn status(base: &str) -> Result<String> {
     Ok(out)
 }
 
-/// Tables at their current snapshot.
+/// Every table's health: score, files, small files, deletes, manifests, snapshots, lag, why.
 ///
 /// # Errors
 /// When the admin API cannot be read.
 pub async fn tables(base: &str) -> Result<String> {
-    let tables = fetch(base, "/api/tables").await?;
+    let tables = fetch(base, "/api/table_health").await?;
     let mut out = format!(
-        "{:<32} {:>12} {:>10} {:>8} {:>12} {:>14}\n",
-        "table", "snapshot age", "data files", "deletes", "records", "bytes"
+        "{:<32} {:>6} {:>8} {:>7} {:>8} {:>9} {:>9} {:>11}  {}\n",
+        "table", "health", "files", "small", "deletes", "manifests", "snapshots", "lag", "why"
     );
     for t in rows(&tables, "tables") {
+        let reasons: Vec<String> = t["reasons"]
+            .as_array()
+            .map(|a| a.iter().map(text).collect())
+            .unwrap_or_default();
         out += &format!(
-            "{:<32} {:>11}s {:>10} {:>8} {:>12} {:>14}\n",
-            text(&t["name"]),
-            text(&t["snapshot_age_seconds"]),
+            "{:<32} {:>6.0} {:>8} {:>7} {:>8} {:>9} {:>9} {:>10.1}s  {}\n",
+            text(&t["table"]),
+            t["score"].as_f64().unwrap_or(0.0),
             text(&t["data_files"]),
+            text(&t["small_files"]),
             text(&t["delete_files"]),
-            text(&t["records"]),
-            text(&t["bytes"])
+            text(&t["manifests"]),
+            text(&t["snapshots"]),
+            t["snapshot_lag_s"].as_f64().unwrap_or(0.0),
+            if reasons.is_empty() {
+                "healthy".to_string()
+            } else {
+                reasons.join("; ")
+            }
         );
     }
     Ok(out)

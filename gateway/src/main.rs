@@ -59,7 +59,7 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         http: String,
     },
-    /// Tables a running gateway has seen, at their current snapshot.
+    /// The health of every table of a running gateway's catalog, least healthy first.
     Tables {
         /// The gateway's admin API.
         #[arg(long, default_value = "http://127.0.0.1:8080")]

@@ -65,6 +65,8 @@ pub struct Maintainer {
     cycle: tokio::sync::Mutex<()>,
     counters: OpCounters,
     last_health: Mutex<(Option<Instant>, Vec<TableHealth>)>,
+    /// A background health refresh is running.
+    refreshing: std::sync::atomic::AtomicBool,
     /// Set when the gateway shuts down: a cycle stops before its next operation.
     stopping: CancellationToken,
     /// Score and data files per table over time (ms, score, files), for trends.
@@ -122,6 +124,7 @@ impl Maintainer {
             last_health: Mutex::new((None, Vec::new())),
             trend: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
+            refreshing: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -215,11 +218,22 @@ impl Maintainer {
         })
     }
 
-    /// Every table's health (tables that fail to load are skipped and logged).
+    /// Every table's health (tables that fail to load are skipped and logged), eight
+    /// tables at a time.
     pub async fn health(&self) -> Result<Vec<TableHealth>> {
+        use futures::StreamExt;
+        let tables = self.tables().await?;
+        let assessed: Vec<_> = futures::stream::iter(tables)
+            .map(|(ns, t)| async move {
+                let r = self.assess(&ns, &t).await;
+                (ns, t, r)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
         let mut out = Vec::new();
-        for (ns, t) in self.tables().await? {
-            match self.assess(&ns, &t).await {
+        for (ns, t, r) in assessed {
+            match r {
                 Ok(a) => out.push(a.health),
                 Err(e) => tracing::warn!(table = %table_key(&ns, &t), error = %e, "not assessed"),
             }
@@ -230,19 +244,35 @@ impl Maintainer {
         Ok(out)
     }
 
-    /// Every table's health, recomputed only if the last assessment is older than `max_age`
-    /// (the console polls this; thousands of tables are not re-read every second).
+    /// Every table's health for pollers (the console): the last assessment at once; when it
+    /// is older than `max_age`, one refresh starts in the background (stale-while-revalidate),
+    /// so thousands of tables never make a page wait. The first call assesses in place.
     ///
     /// # Errors
-    /// Catalog errors listing tables.
-    pub async fn health_within(&self, max_age: std::time::Duration) -> Result<Vec<TableHealth>> {
-        {
+    /// Catalog errors listing tables (first call only).
+    pub async fn health_within(
+        self: &Arc<Self>,
+        max_age: std::time::Duration,
+    ) -> Result<Vec<TableHealth>> {
+        let (at, cached) = {
             let last = self.last_health.lock().unwrap_or_else(|p| p.into_inner());
-            if last.0.is_some_and(|at| at.elapsed() < max_age) {
-                return Ok(last.1.clone());
+            (last.0, last.1.clone())
+        };
+        match at {
+            None => self.health().await,
+            Some(at) => {
+                if at.elapsed() >= max_age && !self.refreshing.swap(true, Ordering::AcqRel) {
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = me.health().await {
+                            tracing::warn!(error = %e, "health refresh failed");
+                        }
+                        me.refreshing.store(false, Ordering::Release);
+                    });
+                }
+                Ok(cached)
             }
         }
-        self.health().await
     }
 
     /// `ns.table`'s trend: (ms since the epoch, score, data files), oldest first.
