@@ -41,6 +41,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The maintenance loop (off unless enabled).
     pub maintenance: lakegate_maintenance::MaintenanceConfig,
+    /// Users and how they authenticate.
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

@@ -81,6 +81,14 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             "routing statistics rebuilt from the kept history"
         );
     }
+    let auth = Arc::new(crate::auth::Auth::from_config(
+        &config.auth,
+        &[
+            ("pg.listen", config.pg_listen_addr()?),
+            ("flight.listen", config.flight_listen_addr()?),
+            ("http.listen", config.http_listen_addr()?),
+        ],
+    )?);
     let maintainer = Maintainer::new(lake.clone(), config.maintenance.clone()).await?;
     history.set_telemetry(maintainer.telemetry().clone());
     let service = Arc::new(GatewayService::new(
@@ -90,6 +98,7 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         router,
         history,
         maintainer,
+        auth,
     ));
     let replayed = service.replay_history();
     if replayed > 0 {

@@ -31,6 +31,7 @@
 //! - [`error`]: the gateway's error type.
 
 pub mod admin_cli;
+pub mod auth;
 pub mod cache;
 pub mod classify;
 pub mod config;

@@ -82,6 +82,9 @@ enum Command {
         #[command(subcommand)]
         action: MaintenanceAction,
     },
+    /// Hash a password for `[[auth.users]] password = "…"`: reads it from the first line of
+    /// standard input (e.g. `read -rs P && echo "$P" | lakegate hash-password`).
+    HashPassword,
     /// Create a small demo lakehouse (SQLite catalog + local warehouse) and serve it.
     Demo {
         /// Directory for the demo's catalog and warehouse.
@@ -231,6 +234,16 @@ async fn run() -> anyhow::Result<()> {
                 "{}",
                 lakegate_gateway::admin_cli::queries(&http, limit, slowest).await?
             );
+            return Ok(());
+        }
+        Command::HashPassword => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("reading the password from standard input")?;
+            let password = line.trim_end_matches(['\n', '\r']);
+            anyhow::ensure!(!password.is_empty(), "empty password on standard input");
+            println!("{}", lakegate_gateway::auth::hash_password(password));
             return Ok(());
         }
         Command::Maintenance { action } => {

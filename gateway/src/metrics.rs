@@ -26,6 +26,7 @@ pub struct Metrics {
     table: GaugeVec,
     maintenance: GaugeVec,
     telemetry: GaugeVec,
+    auth_failures: prometheus::IntGauge,
     health: GaugeVec,
 }
 
@@ -153,7 +154,15 @@ impl Metrics {
                 &["table", "stat"],
             )?,
         );
+        let auth_failures = register(
+            &r,
+            prometheus::IntGauge::new(
+                "lakegate_auth_failures_total",
+                "Failed logins (pgwire SCRAM and Flight SQL handshakes) since start",
+            )?,
+        );
         Ok(Self {
+            auth_failures,
             maintenance,
             telemetry,
             health,
@@ -256,6 +265,7 @@ impl Metrics {
                 .with_label_values(&[kind, result, "seconds"])
                 .set(*secs);
         }
+        self.auth_failures.set(service.auth().failures() as i64);
         let c = m.telemetry().counters();
         self.telemetry
             .with_label_values(&["sent"])

@@ -143,6 +143,8 @@ pub struct GatewayService {
     estimates: moka::future::Cache<String, u64>,
     /// The maintenance loop (health, heat, operations).
     maintainer: Arc<Maintainer>,
+    /// Who may connect.
+    auth: Arc<crate::auth::Auth>,
 }
 
 /// A query's route: its versions, profile, the router's decision and the engines to try.
@@ -172,6 +174,7 @@ impl GatewayService {
         router: Arc<Router>,
         history: Arc<QueryHistory>,
         maintainer: Arc<Maintainer>,
+        auth: Arc<crate::auth::Auth>,
     ) -> Self {
         Self {
             lake,
@@ -183,7 +186,13 @@ impl GatewayService {
             router,
             estimates: moka::future::Cache::new(10_000),
             maintainer,
+            auth,
         }
+    }
+
+    /// Who may connect.
+    pub fn auth(&self) -> &Arc<crate::auth::Auth> {
+        &self.auth
     }
 
     /// The maintenance loop.

@@ -81,7 +81,12 @@ impl FlightServer {
     /// Serves until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
         let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
+        let auth = self.service.service.auth().clone();
         let served = tonic::transport::Server::builder()
+            .layer(tower::layer::layer_fn(move |inner| AuthGate {
+                inner,
+                auth: auth.clone(),
+            }))
             .add_service(FlightServiceServer::new(self.service))
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
             .await;
@@ -89,6 +94,67 @@ impl FlightServer {
             Ok(()) => info!("flight endpoint stopped"),
             Err(e) => warn!(error = %e, "flight endpoint failed"),
         }
+    }
+}
+
+/// Set by [`AuthGate`] to the authenticated user (a client's own value is removed).
+pub const USER_HEADER: &str = "x-lakegate-authenticated-user";
+
+/// Checks every Flight call but the handshake for a live bearer token when users are
+/// configured (the handshake itself checks basic auth), and passes the user on.
+#[derive(Clone)]
+struct AuthGate<S> {
+    inner: S,
+    auth: Arc<crate::auth::Auth>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for AuthGate<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        req.headers_mut().remove(USER_HEADER);
+        if self.auth.required() && !req.uri().path().ends_with("/Handshake") {
+            let user = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .and_then(|t| self.auth.check_token(t.trim()));
+            match user.and_then(|u| http::HeaderValue::from_str(&u).ok()) {
+                Some(u) => {
+                    req.headers_mut().insert(USER_HEADER, u);
+                }
+                None => {
+                    let denied = Status::unauthenticated(
+                        "missing, unknown or expired bearer token: authenticate with a handshake \
+                         (basic auth) first",
+                    );
+                    return Box::pin(async move { Ok(denied.into_http()) });
+                }
+            }
+        }
+        // The clone is the one that was made ready; keep the ready one for this call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move { inner.call(req).await })
     }
 }
 
@@ -273,7 +339,11 @@ impl FlightSqlFrontend {
     /// A session for one call; the `x-lakegate-engine` header pins an engine, as
     /// `SET lakegate.engine` does over pgwire.
     fn session(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Session, Status> {
-        let mut session = Session::new("flight", &self.default_schema).with_frontend("flight");
+        let user = metadata
+            .get(USER_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("flight");
+        let mut session = Session::new(user, &self.default_schema).with_frontend("flight");
         for (header, setting) in [
             (GROUP_HEADER, "lakegate.group"),
             (TAG_HEADER, "lakegate.tag"),
@@ -483,13 +553,39 @@ impl FlightSqlService for FlightSqlFrontend {
 
     async fn do_handshake(
         &self,
-        _request: Request<Streaming<HandshakeRequest>>,
+        request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        // Open on loopback by default: any handshake is accepted and gets a session token.
-        let token = format!("lakegate-{}", uuid::Uuid::new_v4());
+        let auth = self.service.auth();
+        let token = if auth.required() {
+            // Basic auth in the handshake's headers; the same answer for an unknown user and
+            // a wrong password.
+            let denied = || Status::unauthenticated("invalid user name or password");
+            let basic = request
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Basic "))
+                .ok_or_else(denied)?;
+            // Padded (RFC 7617) or not (grpc-go's ADBC driver sends it unpadded).
+            let decoded = base64::Engine::decode(
+                &base64::engine::general_purpose::STANDARD_NO_PAD,
+                basic.trim().trim_end_matches('='),
+            )
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(denied)?;
+            let (user, password) = decoded.split_once(':').ok_or_else(denied)?;
+            if !auth.verify(user, password) {
+                return Err(denied());
+            }
+            auth.issue_token(user)
+        } else {
+            // Trust (loopback): any handshake is accepted and gets a session token.
+            format!("lakegate-{}", uuid::Uuid::new_v4())
+        };
         let response = HandshakeResponse {
             protocol_version: 0,
             payload: token.clone().into(),

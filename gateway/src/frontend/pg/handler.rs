@@ -10,8 +10,10 @@ use datafusion::sql::sqlparser::ast::Statement;
 use futures::{Sink, SinkExt, StreamExt};
 use lakegate_engines::ErrorKind;
 use lakegate_engines::engine::Described;
-use pgwire::api::auth::StartupHandler;
 use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::ScramAuth;
+use pgwire::api::auth::{DefaultServerParameterProvider, StartupHandler};
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::PortalExecutionState;
 use pgwire::api::portal::{Format, Portal};
@@ -80,6 +82,7 @@ pub struct PgHandlers {
     query: Arc<PgQueryHandler>,
     startup: Arc<PgStartup>,
     cancel: Arc<PgCancel>,
+    auth: Arc<crate::auth::Auth>,
 }
 
 impl PgHandlers {
@@ -87,7 +90,9 @@ impl PgHandlers {
     pub fn new(service: Arc<GatewayService>, default_schema: String) -> Self {
         let connections = Arc::new(ConnectionManager::new());
         let cancels = Arc::new(Cancels::default());
+        let auth = service.auth().clone();
         Self {
+            auth,
             query: Arc::new(PgQueryHandler {
                 service: service.clone(),
                 parser: Arc::new(PgParser { service }),
@@ -115,7 +120,8 @@ impl PgWireServerHandlers for PgHandlers {
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        self.startup.clone()
+        // Per connection: the SCRAM exchange keeps state.
+        Arc::new(ConnStartup::new(self.startup.clone(), self.auth.clone()))
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -132,6 +138,69 @@ struct LogErrors;
 impl ErrorHandler for LogErrors {
     fn on_error<C: ClientInfo>(&self, _client: &C, error: &mut PgWireError) {
         debug!(error = %error, "statement failed");
+    }
+}
+
+/// One connection's startup: trust (the session opens at once) or SCRAM-SHA-256 against the
+/// configured users (the session opens once the exchange succeeds); failures are counted.
+pub struct ConnStartup {
+    session: Arc<PgStartup>,
+    auth: Arc<crate::auth::Auth>,
+    scram: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
+}
+
+impl ConnStartup {
+    fn new(session: Arc<PgStartup>, auth: Arc<crate::auth::Auth>) -> Self {
+        let scram = auth.required().then(|| {
+            let mut scram = ScramAuth::new(auth.clone());
+            scram.set_iterations(crate::auth::ITERATIONS);
+            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
+                .with_scram(scram)
+                .with_connection_manager(session.connections.clone())
+        });
+        Self {
+            session,
+            auth,
+            scram,
+        }
+    }
+}
+
+#[async_trait]
+impl StartupHandler for ConnStartup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(scram) = &self.scram else {
+            return self.session.on_startup(client, message).await;
+        };
+        match scram.on_startup(client, message).await {
+            Ok(()) => {
+                if matches!(client.state(), PgWireConnectionState::ReadyForQuery)
+                    && client.session_extensions().get::<SessionCell>().is_none()
+                {
+                    self.session.open_session(client).await?;
+                    client.flush().await?;
+                }
+                Ok(())
+            }
+            Err(PgWireError::InvalidPassword(_)) => {
+                // PostgreSQL's wording, 28P01, with the user named as the client gave it:
+                // the same answer for an unknown user and a wrong password.
+                self.auth.failed();
+                let user = client.metadata().get("user").cloned().unwrap_or_default();
+                tracing::info!(%user, "login failed");
+                Err(PgWireError::InvalidPassword(user))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -175,6 +244,19 @@ impl NoopStartupHandler for PgStartup {
         client: &mut C,
         _message: pgwire::messages::PgWireFrontendMessage,
     ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.open_session(client).await
+    }
+}
+
+impl PgStartup {
+    /// Creates the session from the startup parameters (the user is the authenticated one)
+    /// and reports the settings clients track.
+    async fn open_session<C>(&self, client: &mut C) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
         C::Error: Debug,

@@ -1,0 +1,145 @@
+"""Authentication with real clients: SCRAM-SHA-256 over pgwire (libpq via psycopg), a wrong
+password and an unknown user answered alike (28P01, counted), hashed secrets only, trust never
+exposed beyond loopback by accident; Flight SQL basic-auth handshake → bearer token (ADBC and
+pyarrow.flight), a forged and an expired token refused."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import urllib.request
+
+import adbc_driver_flightsql.dbapi as flight_sql
+import asyncpg
+import psycopg
+import pyarrow.flight as fl
+import pytest
+
+import warehouse as wh
+from conftest import lakegate_bin, start_gateway
+
+
+def hashed(password: str) -> str:
+    out = subprocess.run([lakegate_bin(), "hash-password"], input=password + "\n",
+                         capture_output=True, text=True, check=True, timeout=30)
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def secured(lake_dir, tmp_path_factory):
+    cfg = tmp_path_factory.mktemp("auth") / "auth.toml"
+    cfg.write_text(f"""
+[auth]
+token_ttl = "3s"
+[[auth.users]]
+name = "alice"
+password = "{hashed('correct horse')}"
+[[auth.users]]
+name = "bob"
+password = "{hashed('battery staple')}"
+""")
+    assert "correct horse" not in cfg.read_text()
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    yield gw
+    gw.proc.terminate()
+    gw.proc.wait(timeout=15)
+
+
+def dsn(gw, user: str, password: str) -> str:
+    return f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} password='{password}'"
+
+
+def failures(gw) -> float:
+    text = urllib.request.urlopen(f"{gw.http}/metrics").read().decode()
+    line = next(l for l in text.splitlines() if l.startswith("lakegate_auth_failures_total "))
+    return float(line.split()[1])
+
+
+def test_scram_logs_in_and_wrong_or_unknown_users_fail_alike(secured):
+    with psycopg.connect(dsn(secured, "alice", "correct horse"), autocommit=True) as conn:
+        assert conn.pgconn.used_password
+        assert conn.execute("SELECT current_user, count(*) FROM orders").fetchone()[0] == "alice"
+    before = failures(secured)
+    messages = []
+    for user, password in [("alice", "wrong"), ("mallory", "correct horse")]:
+        with pytest.raises(psycopg.OperationalError) as e:
+            psycopg.connect(dsn(secured, user, password))
+        messages.append(str(e.value).replace(user, "<user>"))
+        assert f'password authentication failed for user "{user}"' in str(e.value).lower()
+        # libpq does not surface a startup error's SQLSTATE; asyncpg does.
+        assert asyncio.run(_asyncpg_sqlstate(secured, user, password)) == "28P01"
+    assert messages[0] == messages[1], "an unknown user must look like a wrong password"
+    assert failures(secured) == before + 4  # two clients, two attempts each
+    # The gateway keeps serving the right users.
+    with psycopg.connect(dsn(secured, "bob", "battery staple"), autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+async def _asyncpg_sqlstate(gw, user: str, password: str) -> str | None:
+    try:
+        conn = await asyncpg.connect(host="127.0.0.1", port=gw.port, user=user,
+                                     password=password, database="lakegate")
+    except asyncpg.PostgresError as e:
+        return e.sqlstate
+    await conn.close()
+    return None
+
+
+def test_plain_text_passwords_and_remote_trust_are_refused_at_start(lake_dir, tmp_path):
+    cfg = tmp_path / "plain.toml"
+    cfg.write_text('[[auth.users]]\nname = "eve"\npassword = "hunter2"\n')
+    out = subprocess.run([lakegate_bin(), "serve", *wh.flags(str(lake_dir)), "--config", str(cfg),
+                          "--pg-listen", "127.0.0.1:0", "--flight-listen", "127.0.0.1:0",
+                          "--http-listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "hash-password" in out.stderr, out.stderr
+    out = subprocess.run([lakegate_bin(), "serve", *wh.flags(str(lake_dir)),
+                          "--pg-listen", "0.0.0.0:0", "--flight-listen", "127.0.0.1:0",
+                          "--http-listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "pg.listen" in out.stderr and "loopback" in out.stderr, out.stderr
+
+
+def test_flight_sql_basic_auth_then_bearer_tokens(secured):
+    uri = f"grpc://127.0.0.1:{secured.flight_port}"
+    with flight_sql.connect(uri, db_kwargs={"username": "alice", "password": "correct horse"}) \
+            as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM orders")
+        assert cur.fetchone()[0] > 0
+    with pytest.raises(Exception) as e:
+        with flight_sql.connect(uri, db_kwargs={"username": "alice", "password": "nope"}) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+    assert "nauthenticated" in str(e.value) or "UNAUTHENTICATED" in str(e.value), e.value
+
+    client = fl.FlightClient(uri)
+    header, value = client.authenticate_basic_token("bob", "battery staple")
+    token_call = fl.FlightCallOptions(headers=[(header, value)])
+    sql = "SELECT count(*) FROM orders"
+    info = client.get_flight_info(fl.FlightDescriptor.for_command(_statement(sql)), token_call)
+    assert info.endpoints
+    # No token, a forged token and (after the TTL) the real one are all refused.
+    for options in [fl.FlightCallOptions(),
+                    fl.FlightCallOptions(headers=[(b"authorization", b"Bearer forged")])]:
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            client.get_flight_info(fl.FlightDescriptor.for_command(_statement(sql)), options)
+    time.sleep(3.5)
+    with pytest.raises(fl.FlightUnauthenticatedError):
+        client.get_flight_info(fl.FlightDescriptor.for_command(_statement(sql)), token_call)
+
+
+def _statement(sql: str) -> bytes:
+    """A Flight SQL CommandStatementQuery packed in an Any (protobuf by hand: two strings)."""
+    def field(num: int, payload: bytes) -> bytes:
+        return bytes([num << 3 | 2]) + _varint(len(payload)) + payload
+    inner = field(1, sql.encode())
+    return field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + \
+        field(2, inner)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
