@@ -43,6 +43,8 @@ pub struct Config {
     pub maintenance: lakegate_maintenance::MaintenanceConfig,
     /// Users and how they authenticate.
     pub auth: crate::auth::AuthConfig,
+    /// Connection limits.
+    pub limits: crate::limits::LimitsConfig,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

@@ -348,7 +348,11 @@ impl Gateway {
             .maintenance
             .enabled
             .then(|| service.maintainer().clone());
-        let handlers = PgHandlers::new(service, config.pg.default_schema.clone());
+        let handlers = PgHandlers::new(
+            service,
+            config.pg.default_schema.clone(),
+            config.limits.clone(),
+        );
         let pg = PgServer::bind(config.pg_listen_addr()?, handlers).await?;
         let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
             setting: "pg.listen",

@@ -42,6 +42,7 @@ pub mod frontend;
 pub mod gateway;
 pub mod history;
 pub mod http;
+pub mod limits;
 pub mod maintenance_tables;
 pub mod metrics;
 pub mod output_names;

@@ -143,3 +143,33 @@ def _varint(n: int) -> bytes:
         out.append(b | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+def test_connections_over_the_limit_are_refused_and_the_rest_keep_working(lake_dir, tmp_path):
+    cfg = tmp_path / "limits.toml"
+    cfg.write_text("[limits]\nmax_connections = 4\nmax_connections_per_user = 3\n")
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    try:
+        def dsn_for(user):
+            return f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user}"
+        # 2x the limit at once, across two users: 3 for u1 (its own cap), 1 for u2 (the total).
+        opened, refused = [], []
+        for user in ["u1"] * 4 + ["u2"] * 4:
+            try:
+                opened.append((user, psycopg.connect(dsn_for(user), autocommit=True)))
+            except psycopg.OperationalError as e:
+                refused.append((user, str(e)))
+        assert [u for u, _ in opened] == ["u1", "u1", "u1", "u2"], refused
+        assert any('too many connections for role "u1"' in m for _, m in refused), refused
+        assert any("too many clients already" in m for _, m in refused), refused
+        assert asyncio.run(_asyncpg_sqlstate(gw, "u3", "")) == "53300"
+        for _, conn in opened:
+            assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0
+        opened.pop()[1].close()
+        with psycopg.connect(dsn_for("u2"), autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        for _, conn in opened:
+            conn.close()
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

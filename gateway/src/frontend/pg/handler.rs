@@ -83,16 +83,22 @@ pub struct PgHandlers {
     startup: Arc<PgStartup>,
     cancel: Arc<PgCancel>,
     auth: Arc<crate::auth::Auth>,
+    limits: Arc<crate::limits::ConnectionLimits>,
 }
 
 impl PgHandlers {
     /// Handlers over `service`; `default_schema` seeds each session's `search_path`.
-    pub fn new(service: Arc<GatewayService>, default_schema: String) -> Self {
+    pub fn new(
+        service: Arc<GatewayService>,
+        default_schema: String,
+        limits: crate::limits::LimitsConfig,
+    ) -> Self {
         let connections = Arc::new(ConnectionManager::new());
         let cancels = Arc::new(Cancels::default());
         let auth = service.auth().clone();
         Self {
             auth,
+            limits: Arc::new(crate::limits::ConnectionLimits::new(limits)),
             query: Arc::new(PgQueryHandler {
                 service: service.clone(),
                 parser: Arc::new(PgParser { service }),
@@ -121,7 +127,11 @@ impl PgWireServerHandlers for PgHandlers {
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         // Per connection: the SCRAM exchange keeps state.
-        Arc::new(ConnStartup::new(self.startup.clone(), self.auth.clone()))
+        Arc::new(ConnStartup::new(
+            self.startup.clone(),
+            self.auth.clone(),
+            self.limits.clone(),
+        ))
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -146,11 +156,16 @@ impl ErrorHandler for LogErrors {
 pub struct ConnStartup {
     session: Arc<PgStartup>,
     auth: Arc<crate::auth::Auth>,
+    limits: Arc<crate::limits::ConnectionLimits>,
     scram: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
 }
 
 impl ConnStartup {
-    fn new(session: Arc<PgStartup>, auth: Arc<crate::auth::Auth>) -> Self {
+    fn new(
+        session: Arc<PgStartup>,
+        auth: Arc<crate::auth::Auth>,
+        limits: Arc<crate::limits::ConnectionLimits>,
+    ) -> Self {
         let scram = auth.required().then(|| {
             let mut scram = ScramAuth::new(auth.clone());
             scram.set_iterations(crate::auth::ITERATIONS);
@@ -161,6 +176,7 @@ impl ConnStartup {
         Self {
             session,
             auth,
+            limits,
             scram,
         }
     }
@@ -178,6 +194,18 @@ impl StartupHandler for ConnStartup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        if let pgwire::messages::PgWireFrontendMessage::Startup(startup) = &message {
+            // Held in the connection's extensions: released when the connection goes.
+            let user = startup.parameters.get("user").cloned().unwrap_or_default();
+            let slot = self.limits.acquire(&user).map_err(|why| {
+                PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "FATAL".into(),
+                    sqlstate(ErrorKind::TooManyQueries).into(),
+                    why,
+                )))
+            })?;
+            client.session_extensions().insert(slot);
+        }
         let Some(scram) = &self.scram else {
             return self.session.on_startup(client, message).await;
         };

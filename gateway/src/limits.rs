@@ -1,0 +1,122 @@
+//! Connection limits: at most `max_connections` pgwire sessions at once, and at most
+//! `max_connections_per_user` per user. A connection over a limit is refused at startup with
+//! SQLSTATE 53300 (as PostgreSQL does); the others keep working. A slot is held for as long as
+//! its connection lives.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+
+/// `[limits]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// pgwire connections at once (0: no limit).
+    pub max_connections: usize,
+    /// pgwire connections at once per user (0: no limit).
+    pub max_connections_per_user: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 1000,
+            max_connections_per_user: 0,
+        }
+    }
+}
+
+/// Open connections, total and per user.
+#[derive(Debug, Default)]
+pub struct ConnectionLimits {
+    config: LimitsConfig,
+    open: Mutex<(usize, HashMap<String, usize>)>,
+}
+
+/// One connection's place; released on drop.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    limits: Arc<ConnectionLimits>,
+    user: String,
+}
+
+impl ConnectionLimits {
+    /// Limits per `config`.
+    pub fn new(config: LimitsConfig) -> Self {
+        Self {
+            config,
+            open: Mutex::new((0, HashMap::new())),
+        }
+    }
+
+    /// A slot for `user`, or why not (PostgreSQL's wording).
+    ///
+    /// # Errors
+    /// The message to send with SQLSTATE 53300.
+    pub fn acquire(self: &Arc<Self>, user: &str) -> Result<ConnectionSlot, String> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if self.config.max_connections > 0 && open.0 >= self.config.max_connections {
+            return Err(format!(
+                "sorry, too many clients already ({} connections; limits.max_connections)",
+                self.config.max_connections
+            ));
+        }
+        let mine = open.1.get(user).copied().unwrap_or(0);
+        if self.config.max_connections_per_user > 0 && mine >= self.config.max_connections_per_user
+        {
+            return Err(format!(
+                "too many connections for role \"{user}\" ({mine}; limits.max_connections_per_user)"
+            ));
+        }
+        open.0 += 1;
+        *open.1.entry(user.to_string()).or_default() += 1;
+        Ok(ConnectionSlot {
+            limits: self.clone(),
+            user: user.to_string(),
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut open = self.limits.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.0 = open.0.saturating_sub(1);
+        if let Some(n) = open.1.get_mut(&self.user) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.1.remove(&self.user);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_counted_and_released() {
+        let l = Arc::new(ConnectionLimits::new(LimitsConfig {
+            max_connections: 3,
+            max_connections_per_user: 2,
+        }));
+        let a1 = l.acquire("a").expect("a1");
+        let _a2 = l.acquire("a").expect("a2");
+        assert!(l.acquire("a").expect_err("per user").contains("role \"a\""));
+        let _b = l.acquire("b").expect("b");
+        assert!(
+            l.acquire("c")
+                .expect_err("total")
+                .contains("too many clients")
+        );
+        drop(a1);
+        assert_eq!(l.open(), 2);
+        assert!(l.acquire("c").is_ok());
+    }
+}
