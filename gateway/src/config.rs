@@ -45,6 +45,8 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     /// Connection limits.
     pub limits: crate::limits::LimitsConfig,
+    /// TLS for the Postgres endpoint.
+    pub tls: crate::tls::TlsConfig,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

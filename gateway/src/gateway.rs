@@ -352,8 +352,11 @@ impl Gateway {
             service,
             config.pg.default_schema.clone(),
             config.limits.clone(),
+            config.tls.require,
         );
-        let pg = PgServer::bind(config.pg_listen_addr()?, handlers).await?;
+        let pg = PgServer::bind(config.pg_listen_addr()?, handlers)
+            .await?
+            .with_tls(crate::tls::acceptor(&config.tls)?);
         let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
             setting: "pg.listen",
             addr: config.pg.listen.clone(),

@@ -50,6 +50,7 @@ pub mod profile;
 pub mod routing;
 pub mod service;
 pub mod session;
+pub mod tls;
 
 pub use config::Config;
 pub use error::{Error, Result};

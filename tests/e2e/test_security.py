@@ -5,9 +5,11 @@ pyarrow.flight), a forged and an expired token refused."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import asyncpg
@@ -170,6 +172,72 @@ def test_connections_over_the_limit_are_refused_and_the_rest_keep_working(lake_d
             assert conn.execute("SELECT 1").fetchone() == (1,)
         for _, conn in opened:
             conn.close()
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_ca(d: Path, name: str) -> Path:
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+             "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}", cwd=d)
+    return d / f"{name}.pem"
+
+
+def make_server_cert(d: Path, ca: str, out: str) -> None:
+    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{out}.key", "-out",
+             f"{out}.csr", "-subj", "/CN=localhost", cwd=d)
+    _openssl("x509", "-req", "-in", f"{out}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{out}.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
+
+
+def test_scram_over_tls_verify_full_direct_ssl_required_and_reloaded(lake_dir, tmp_path):
+    ca1, ca2 = make_ca(tmp_path, "ca1"), make_ca(tmp_path, "ca2")
+    make_server_cert(tmp_path, "ca1", "server")
+    cfg = tmp_path / "tls.toml"
+    cfg.write_text(f"""
+[tls]
+cert = "{tmp_path / 'server.pem'}"
+key = "{tmp_path / 'server.key'}"
+require = true
+[[auth.users]]
+name = "alice"
+password = "{hashed('correct horse')}"
+""")
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    base = f"host=localhost port={gw.port} dbname=lakegate user=alice password='correct horse'"
+    try:
+        with psycopg.connect(f"{base} sslmode=verify-full sslrootcert={ca1}",
+                             autocommit=True) as conn:
+            assert conn.pgconn.ssl_in_use
+            assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0
+        # PostgreSQL 17's direct TLS (no SSLRequest round trip; libpq 17+).
+        with psycopg.connect(f"{base} sslmode=verify-full sslrootcert={ca1} "
+                             "sslnegotiation=direct", autocommit=True) as conn:
+            assert conn.pgconn.ssl_in_use and conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(psycopg.OperationalError) as e:
+            psycopg.connect(f"{base} sslmode=disable")
+        assert "requires TLS" in str(e.value)
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(f"{base} sslmode=verify-full sslrootcert={ca2}")
+        # A renewed certificate (from another CA) is served without a restart.
+        make_server_cert(tmp_path, "ca2", "renewed")
+        os.replace(tmp_path / "renewed.key", tmp_path / "server.key")
+        os.replace(tmp_path / "renewed.pem", tmp_path / "server.pem")
+        deadline = time.time() + 10
+        while True:
+            try:
+                with psycopg.connect(f"{base} sslmode=verify-full sslrootcert={ca2}",
+                                     autocommit=True) as conn:
+                    assert conn.execute("SELECT 1").fetchone() == (1,)
+                break
+            except psycopg.OperationalError:
+                assert time.time() < deadline, "the renewed certificate was not picked up"
+                time.sleep(0.5)
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)

@@ -84,6 +84,7 @@ pub struct PgHandlers {
     cancel: Arc<PgCancel>,
     auth: Arc<crate::auth::Auth>,
     limits: Arc<crate::limits::ConnectionLimits>,
+    require_tls: bool,
 }
 
 impl PgHandlers {
@@ -92,6 +93,7 @@ impl PgHandlers {
         service: Arc<GatewayService>,
         default_schema: String,
         limits: crate::limits::LimitsConfig,
+        require_tls: bool,
     ) -> Self {
         let connections = Arc::new(ConnectionManager::new());
         let cancels = Arc::new(Cancels::default());
@@ -99,6 +101,7 @@ impl PgHandlers {
         Self {
             auth,
             limits: Arc::new(crate::limits::ConnectionLimits::new(limits)),
+            require_tls,
             query: Arc::new(PgQueryHandler {
                 service: service.clone(),
                 parser: Arc::new(PgParser { service }),
@@ -131,6 +134,7 @@ impl PgWireServerHandlers for PgHandlers {
             self.startup.clone(),
             self.auth.clone(),
             self.limits.clone(),
+            self.require_tls,
         ))
     }
 
@@ -157,6 +161,7 @@ pub struct ConnStartup {
     session: Arc<PgStartup>,
     auth: Arc<crate::auth::Auth>,
     limits: Arc<crate::limits::ConnectionLimits>,
+    require_tls: bool,
     scram: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
 }
 
@@ -165,6 +170,7 @@ impl ConnStartup {
         session: Arc<PgStartup>,
         auth: Arc<crate::auth::Auth>,
         limits: Arc<crate::limits::ConnectionLimits>,
+        require_tls: bool,
     ) -> Self {
         let scram = auth.required().then(|| {
             let mut scram = ScramAuth::new(auth.clone());
@@ -177,6 +183,7 @@ impl ConnStartup {
             session,
             auth,
             limits,
+            require_tls,
             scram,
         }
     }
@@ -195,6 +202,15 @@ impl StartupHandler for ConnStartup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         if let pgwire::messages::PgWireFrontendMessage::Startup(startup) = &message {
+            if self.require_tls && !client.is_secure() {
+                return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "FATAL".into(),
+                    "28000".into(),
+                    "this server requires TLS (tls.require): connect with sslmode=require or \
+                     stronger"
+                        .into(),
+                ))));
+            }
             // Held in the connection's extensions: released when the connection goes.
             let user = startup.parameters.get("user").cloned().unwrap_or_default();
             let slot = self.limits.acquire(&user).map_err(|why| {

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 pub struct PgServer {
     listener: TcpListener,
     handlers: Arc<PgHandlers>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl PgServer {
@@ -38,7 +39,14 @@ impl PgServer {
         Ok(Self {
             listener,
             handlers: Arc::new(handlers),
+            tls: None,
         })
+    }
+
+    /// Serves TLS (SSLRequest and direct SSL) with `acceptor`.
+    pub fn with_tls(mut self, acceptor: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        self.tls = acceptor;
+        self
     }
 
     /// The address actually bound.
@@ -64,9 +72,9 @@ impl PgServer {
                     // Small request/response messages: never wait for Nagle.
                     let _ = socket.set_nodelay(true);
                     let handlers = self.handlers.clone();
+                    let tls = self.tls.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await
-                        {
+                        if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                             warn!(%peer, error = %e, "pg connection ended with an error");
                         }
                     });
