@@ -73,14 +73,19 @@ struct Reloading {
 impl ResolvesServerCert for Reloading {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.3.elapsed() >= CHECK_EVERY {
-            state.3 = Instant::now();
+        if state.checked.elapsed() >= CHECK_EVERY {
+            state.checked = Instant::now();
             let (c, k) = (modified(&self.cert), modified(&self.key));
-            if (c, k) != (state.1, state.2) {
+            if (c, k) != (state.cert_mtime, state.key_mtime) {
                 match load(&self.cert, &self.key) {
                     Ok(fresh) => {
                         tracing::info!(cert = %self.cert.display(), "TLS certificate reloaded");
-                        *state = (fresh, c, k, Instant::now());
+                        *state = Loaded {
+                            key: fresh,
+                            cert_mtime: c,
+                            key_mtime: k,
+                            checked: Instant::now(),
+                        };
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "TLS certificate not reloaded; keeping the old one")
@@ -88,7 +93,7 @@ impl ResolvesServerCert for Reloading {
                 }
             }
         }
-        Some(state.0.clone())
+        Some(state.key.clone())
     }
 }
 
@@ -109,7 +114,12 @@ pub fn acceptor(config: &TlsConfig) -> Result<Option<TlsAcceptor>> {
     let (cert, key) = (PathBuf::from(&config.cert), PathBuf::from(&config.key));
     let first = load(&cert, &key)?;
     let resolver = Reloading {
-        state: Mutex::new((first, modified(&cert), modified(&key), Instant::now())),
+        state: Mutex::new(Loaded {
+            key: first,
+            cert_mtime: modified(&cert),
+            key_mtime: modified(&key),
+            checked: Instant::now(),
+        }),
         cert,
         key,
     };
