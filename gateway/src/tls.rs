@@ -57,17 +57,21 @@ fn modified(p: &Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
+/// The certificate served, the files' modification times it was read at, and the last check.
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    cert_mtime: Option<SystemTime>,
+    key_mtime: Option<SystemTime>,
+    checked: Instant,
+}
+
 /// The current certificate, reloaded when its files change (a bad new pair keeps the old one).
 #[derive(Debug)]
 struct Reloading {
     cert: PathBuf,
     key: PathBuf,
-    state: Mutex<(
-        Arc<CertifiedKey>,
-        Option<SystemTime>,
-        Option<SystemTime>,
-        Instant,
-    )>,
+    state: Mutex<Loaded>,
 }
 
 impl ResolvesServerCert for Reloading {
