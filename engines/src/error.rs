@@ -38,6 +38,8 @@ pub enum ErrorKind {
     Unavailable,
     /// A routing group's slots and queue are full (SQLSTATE 53300).
     TooManyQueries,
+    /// The user may not read what the statement reads (SQLSTATE 42501).
+    InsufficientPrivilege,
     /// A failure inside lakegate or an engine that the client cannot fix.
     Internal,
 }

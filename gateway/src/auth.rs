@@ -79,6 +79,7 @@ pub struct UserConfig {
 struct User {
     salt: Vec<u8>,
     salted: Vec<u8>,
+    roles: Vec<String>,
 }
 
 /// The gateway's authenticator.
@@ -145,7 +146,11 @@ fn parse_verifier(user: &str, v: &str) -> Result<User> {
     if salt.len() < 8 || salted.len() != 32 {
         return Err(bad("wrong salt or hash length"));
     }
-    Ok(User { salt, salted })
+    Ok(User {
+        salt,
+        salted,
+        roles: vec![],
+    })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -162,10 +167,9 @@ impl Auth {
     pub fn from_config(config: &AuthConfig, listen: &[(&str, SocketAddr)]) -> Result<Self> {
         let mut users = HashMap::new();
         for u in &config.users {
-            if users
-                .insert(u.name.clone(), parse_verifier(&u.name, &u.password)?)
-                .is_some()
-            {
+            let mut user = parse_verifier(&u.name, &u.password)?;
+            user.roles = u.roles.clone();
+            if users.insert(u.name.clone(), user).is_some() {
                 return Err(Error::Config {
                     setting: "auth.users".into(),
                     reason: format!("user `{}` is listed twice", u.name),
@@ -215,6 +219,14 @@ impl Auth {
             tokens: Mutex::new(HashMap::new()),
             failures: AtomicU64::new(0),
         }
+    }
+
+    /// `user`'s roles (none for users not in the config).
+    pub fn roles(&self, user: &str) -> Vec<String> {
+        self.users
+            .get(user)
+            .map(|u| u.roles.clone())
+            .unwrap_or_default()
     }
 
     /// Whether clients must prove a password.

@@ -47,6 +47,8 @@ pub struct Config {
     pub limits: crate::limits::LimitsConfig,
     /// TLS for the Postgres endpoint.
     pub tls: crate::tls::TlsConfig,
+    /// Who may read which tables and use which routing groups (none: everyone, everything).
+    pub access: Vec<crate::access::AccessRule>,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

@@ -113,6 +113,12 @@ pub enum Error {
         /// Why not.
         why: String,
     },
+    /// The user may not read a table or use a routing group.
+    #[error("permission denied for {what}")]
+    PermissionDenied {
+        /// `table sales.secret`, `routing group "reprocess"`.
+        what: String,
+    },
     /// The maintenance loop failed (catalog, storage).
     #[error("maintenance: {0}")]
     Maintenance(#[from] lakegate_maintenance::Error),
@@ -151,6 +157,7 @@ impl Error {
                 ErrorKind::InvalidParameter
             }
             Self::TooManyQueries { .. } => ErrorKind::TooManyQueries,
+            Self::PermissionDenied { .. } => ErrorKind::InsufficientPrivilege,
         }
     }
 }

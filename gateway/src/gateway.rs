@@ -99,6 +99,7 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         history,
         maintainer,
         auth,
+        crate::access::Access::new(config.access.clone())?,
     ));
     let replayed = service.replay_history();
     if replayed > 0 {

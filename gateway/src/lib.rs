@@ -30,6 +30,7 @@
 //! - [`demo`]: the demo estate.
 //! - [`error`]: the gateway's error type.
 
+pub mod access;
 pub mod admin_cli;
 pub mod auth;
 pub mod cache;

@@ -145,6 +145,8 @@ pub struct GatewayService {
     maintainer: Arc<Maintainer>,
     /// Who may connect.
     auth: Arc<crate::auth::Auth>,
+    /// Who may read what.
+    access: crate::access::Access,
 }
 
 /// A query's route: its versions, profile, the router's decision and the engines to try.
@@ -175,6 +177,7 @@ impl GatewayService {
         history: Arc<QueryHistory>,
         maintainer: Arc<Maintainer>,
         auth: Arc<crate::auth::Auth>,
+        access: crate::access::Access,
     ) -> Self {
         Self {
             lake,
@@ -187,6 +190,7 @@ impl GatewayService {
             estimates: moka::future::Cache::new(10_000),
             maintainer,
             auth,
+            access,
         }
     }
 
@@ -542,6 +546,12 @@ impl GatewayService {
         let (rule, reason, group) = self
             .router
             .group(&asker, &profile, session.pinned_group())?;
+        // Before any catalog lookup, engine or cache: 42501 for what this user may not read.
+        if !refs.lake.is_empty() {
+            let user = session.user();
+            self.access
+                .check(user, &self.auth.roles(user), &refs.lake, Some(&group.name))?;
+        }
         let resolved = self.resolve_refs(&refs, group.max_staleness).await?;
         profile.scan_bytes = Some(self.scan_estimate(statement, &resolved.pins).await);
         // Candidates are ordered once, at the final scan estimate.

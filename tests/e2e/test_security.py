@@ -241,3 +241,56 @@ password = "{hashed('correct horse')}"
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
+
+
+def test_access_rules_deny_with_42501_before_any_engine_or_cache(lake_dir, tmp_path):
+    cfg = tmp_path / "access.toml"
+    cfg.write_text(f"""
+[[auth.users]]
+name = "alice"
+password = "{hashed('a-pass')}"
+roles = ["analyst"]
+[[auth.users]]
+name = "bob"
+password = "{hashed('b-pass')}"
+roles = ["sales"]
+[[access]]
+roles = ["analyst"]
+groups = ["*"]
+tables = ["public.*"]
+[[access]]
+roles = ["sales"]
+groups = ["default"]
+tables = ["sales.*"]
+""")
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    try:
+        def conn(user, password):
+            return psycopg.connect(f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} "
+                                   f"password={password}", autocommit=True)
+        sql = "SELECT status, count(*) FROM orders GROUP BY status ORDER BY status"
+        with conn("alice", "a-pass") as a, conn("bob", "b-pass") as b:
+            assert a.execute(sql).fetchall()  # computed and cached for alice
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+                b.execute(sql)  # the same statement: never served from alice's cache
+            assert "permission denied for table public.orders" in str(e.value)
+            assert b.execute("SELECT count(*) FROM sales.regions").fetchone()[0] >= 1
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+                a.execute("SELECT * FROM sales.regions")
+            assert e.value.sqlstate == "42501"
+            # A join needs every table.
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                b.execute("SELECT count(*) FROM sales.regions r JOIN public.orders o ON true")
+            # Nothing ran for the denied statements.
+            failed = a.execute("SELECT count(*) FROM lakegate.queries WHERE user_name = 'bob' "
+                               "AND engine <> ''").fetchone()[0]
+            assert failed == 1, "only bob's permitted query reached an engine"
+        with flight_sql.connect(f"grpc://127.0.0.1:{gw.flight_port}",
+                                db_kwargs={"username": "bob", "password": "b-pass"}) as fc:
+            with fc.cursor() as cur, pytest.raises(Exception) as e:
+                cur.execute("SELECT count(*) FROM orders")
+                cur.fetchall()
+        assert "PERMISSION_DENIED" in str(e.value) or "ermission denied" in str(e.value), e.value
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

@@ -21,6 +21,7 @@ pub(crate) fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::CantChangeSetting => "55P02",
         ErrorKind::Unavailable => "58000",
         ErrorKind::TooManyQueries => "53300",
+        ErrorKind::InsufficientPrivilege => "42501",
         ErrorKind::Internal => "XX000",
     }
 }
