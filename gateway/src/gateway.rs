@@ -98,8 +98,10 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         router,
         history,
         maintainer,
-        auth,
-        crate::access::Access::new(config.access.clone())?,
+        crate::service::Security {
+            auth,
+            access: crate::access::Access::new(config.access.clone())?,
+        },
     ));
     let replayed = service.replay_history();
     if replayed > 0 {

@@ -127,6 +127,14 @@ struct Resolved {
     catalog: bool,
 }
 
+/// Who may connect and what they may read.
+pub struct Security {
+    /// Authentication.
+    pub auth: Arc<crate::auth::Auth>,
+    /// Access rules.
+    pub access: crate::access::Access,
+}
+
 /// The gateway's query pipeline.
 pub struct GatewayService {
     lake: Arc<Lake>,
@@ -176,8 +184,7 @@ impl GatewayService {
         router: Arc<Router>,
         history: Arc<QueryHistory>,
         maintainer: Arc<Maintainer>,
-        auth: Arc<crate::auth::Auth>,
-        access: crate::access::Access,
+        security: Security,
     ) -> Self {
         Self {
             lake,
@@ -189,8 +196,8 @@ impl GatewayService {
             router,
             estimates: moka::future::Cache::new(10_000),
             maintainer,
-            auth,
-            access,
+            auth: security.auth,
+            access: security.access,
         }
     }
 
