@@ -40,6 +40,8 @@ pub enum ErrorKind {
     TooManyQueries,
     /// The user may not read what the statement reads (SQLSTATE 42501).
     InsufficientPrivilege,
+    /// A guardrail refused or ended the statement (scan cap, row limit; SQLSTATE 54000).
+    LimitExceeded,
     /// A failure inside lakegate or an engine that the client cannot fix.
     Internal,
 }

@@ -119,6 +119,12 @@ pub enum Error {
         /// `table sales.secret`, `routing group "reprocess"`.
         what: String,
     },
+    /// A routing group's guardrail refused the statement.
+    #[error("{what}")]
+    Guardrail {
+        /// What was exceeded, by how much, and what to do.
+        what: String,
+    },
     /// The maintenance loop failed (catalog, storage).
     #[error("maintenance: {0}")]
     Maintenance(#[from] lakegate_maintenance::Error),
@@ -158,6 +164,7 @@ impl Error {
             }
             Self::TooManyQueries { .. } => ErrorKind::TooManyQueries,
             Self::PermissionDenied { .. } => ErrorKind::InsufficientPrivilege,
+            Self::Guardrail { .. } => ErrorKind::LimitExceeded,
         }
     }
 }

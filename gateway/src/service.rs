@@ -560,7 +560,22 @@ impl GatewayService {
                 .check(user, &self.auth.roles(user), &refs.lake, Some(&group.name))?;
         }
         let resolved = self.resolve_refs(&refs, group.max_staleness).await?;
-        profile.scan_bytes = Some(self.scan_estimate(statement, &resolved.pins).await);
+        profile.scan_bytes = Some(
+            self.scan_estimate(statement, &resolved.pins, group.max_scan_bytes)
+                .await,
+        );
+        let estimate = profile.scan_bytes.unwrap_or(0);
+        if group.max_scan_bytes > 0 && estimate > group.max_scan_bytes {
+            return Err(Error::Guardrail {
+                what: format!(
+                    "estimated scan of {} exceeds routing group \"{}\"'s max_scan_bytes ({}): \
+                     filter on partition or sorted columns to read less",
+                    lakegate_maintenance::maintainer::human_bytes(estimate),
+                    group.name,
+                    lakegate_maintenance::maintainer::human_bytes(group.max_scan_bytes)
+                ),
+            });
+        }
         // Candidates are ordered once, at the final scan estimate.
         let (candidates, explored) =
             self.router
@@ -599,13 +614,14 @@ impl GatewayService {
     /// single-table query when that can matter for routing (tables past the smallest size
     /// bucket; cached per table version and filter; planning is capped at 50 ms, else the
     /// unpruned size stands).
-    async fn scan_estimate(&self, statement: &Statement, pins: &Pins) -> u64 {
+    async fn scan_estimate(&self, statement: &Statement, pins: &Pins, cap: u64) -> u64 {
         let total: u64 = pins.iter().map(|(_, t)| estimate::total_bytes(t)).sum();
         let mut tables = pins.iter();
         let (Some((_, table)), None) = (tables.next(), tables.next()) else {
             return total;
         };
-        if crate::routing::stats::size_bucket(total) == 0 {
+        // Small tables cannot change the size bucket; prune them only against a scan cap.
+        if crate::routing::stats::size_bucket(total) == 0 && (cap == 0 || total <= cap) {
             return total;
         }
         let Some(filter) = crate::profile::top_where(statement)
@@ -898,9 +914,9 @@ impl GatewayService {
             match computed {
                 Ok(result) => {
                     pending.record.cache = if ran_here { "miss" } else { "hit" };
-                    return Ok(batches_stream(
-                        result.schema.clone(),
-                        result.batches.clone(),
+                    return Ok(row_limited(
+                        batches_stream(result.schema.clone(), result.batches.clone()),
+                        &routed.decision.group,
                     ));
                 }
                 Err(e) => match e.as_ref() {
@@ -920,7 +936,7 @@ impl GatewayService {
             .execute_routed(&routed, statement, params, &settings, names.as_deref())
             .await?;
         pending.record.engine = engine;
-        Ok(stream)
+        Ok(row_limited(stream, &routed.decision.group))
     }
 
     /// `EXPLAIN ROUTE <query>` (also `EXPLAIN (ROUTE) <query>`): the profile, the matched
@@ -1395,6 +1411,46 @@ async fn first_batch(mut stream: SendableRecordBatchStream) -> Result<SendableRe
 
 /// Reports the query's latency (to the last batch) or failure to the router, and holds the
 /// group slot until the stream ends or is dropped.
+/// Ends `stream` with an error once it passes the group's `max_rows` guardrail.
+fn row_limited(
+    stream: SendableRecordBatchStream,
+    group: &crate::routing::rules::GroupSpec,
+) -> SendableRecordBatchStream {
+    if group.max_rows == 0 {
+        return stream;
+    }
+    let (limit, name) = (group.max_rows, group.name.clone());
+    let schema = stream.schema();
+    let limited = futures::stream::unfold((stream, 0u64, false), move |(mut s, seen, done)| {
+        let name = name.clone();
+        async move {
+            if done {
+                return None;
+            }
+            match s.next().await {
+                Some(Ok(b)) if seen + b.num_rows() as u64 > limit => {
+                    let e = lakegate_engines::Error::Engine {
+                        engine: "lakegate".into(),
+                        kind: lakegate_engines::ErrorKind::LimitExceeded,
+                        message: format!(
+                            "the result passed routing group \"{name}\"'s max_rows ({limit}): \
+                             add a LIMIT, a filter or an aggregate"
+                        ),
+                    };
+                    Some((Err(e.into_datafusion()), (s, seen, true)))
+                }
+                Some(Ok(b)) => {
+                    let n = seen + b.num_rows() as u64;
+                    Some((Ok(b), (s, n, false)))
+                }
+                Some(Err(e)) => Some((Err(e), (s, seen, true))),
+                None => None,
+            }
+        }
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, limited))
+}
+
 fn track(
     stream: SendableRecordBatchStream,
     router: Arc<Router>,

@@ -294,3 +294,48 @@ tables = ["sales.*"]
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
+
+
+def test_group_guardrails_cap_the_scan_and_the_rows_and_refuse_writes(lake_dir, tmp_path):
+    table = wh.catalog(str(lake_dir)).load_table("public.orders")
+    files = table.inspect.files().to_pylist()
+    total = sum(f["file_size_in_bytes"] for f in files)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "groups.toml").write_text(f"""
+default_group = "open"
+[[group]]
+name = "open"
+engines = ["datafusion"]
+[[group]]
+name = "agents"
+engines = ["datafusion"]
+cache = false
+max_scan_bytes = {total // 2}
+max_rows = 5
+""")
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--rules-dir", str(rules)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            conn.execute("SET lakegate.group = 'agents'")
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded) as e:
+                conn.execute("SELECT count(*) FROM orders").fetchall()
+            assert "exceeds routing group \"agents\"'s max_scan_bytes" in str(e.value), e.value
+            # Pruned by the partition filter (the last day of orders): under the cap.
+            last_day = max(f["readable_metrics"]["order_ts"]["upper_bound"] for f in files)
+            day = last_day.strftime("%Y-%m-%d")
+            n = conn.execute(f"SELECT count(*) FROM orders WHERE order_ts >= '{day}T00:00:00Z'")
+            assert n.fetchone()[0] > 0
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded) as e:
+                conn.execute(f"SELECT * FROM orders WHERE order_ts >= '{day}T00:00:00Z'").fetchall()
+            assert "max_rows (5)" in str(e.value)
+            assert conn.execute("SELECT 1").fetchone() == (1,), "the session survives"
+            for write in ["DELETE FROM orders", "INSERT INTO orders (order_id) VALUES (1)",
+                          "CREATE TABLE t (a int)"]:
+                with pytest.raises(psycopg.errors.FeatureNotSupported):
+                    conn.execute(write)
+            conn.execute("SET lakegate.group = 'open'")
+            assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 5
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

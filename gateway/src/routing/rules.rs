@@ -46,6 +46,13 @@ pub struct GroupSpec {
     /// Sessions may choose this group with `SET lakegate.group` (default true).
     #[serde(default = "default_true")]
     pub selectable: bool,
+    /// Guardrail: refuse, before running, a query whose estimated scan (Iceberg metadata,
+    /// after partition and file pruning) is larger than this many bytes (0: no cap).
+    #[serde(default)]
+    pub max_scan_bytes: u64,
+    /// Guardrail: end a query that returns more than this many rows (0: no limit).
+    #[serde(default)]
+    pub max_rows: u64,
 }
 
 fn default_concurrency() -> usize {
@@ -176,6 +183,8 @@ impl RoutingTable {
             max_staleness: Duration::ZERO,
             explore: 0.0,
             selectable: true,
+            max_scan_bytes: 0,
+            max_rows: 0,
         };
         Self {
             groups: BTreeMap::from([("default".to_string(), group)]),

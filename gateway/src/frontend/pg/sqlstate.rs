@@ -22,6 +22,7 @@ pub(crate) fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::Unavailable => "58000",
         ErrorKind::TooManyQueries => "53300",
         ErrorKind::InsufficientPrivilege => "42501",
+        ErrorKind::LimitExceeded => "54000",
         ErrorKind::Internal => "XX000",
     }
 }
