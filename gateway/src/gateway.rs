@@ -306,6 +306,10 @@ pub struct Gateway {
     http_addr: SocketAddr,
     /// The maintenance loop to run, when enabled.
     maintenance: Option<Arc<Maintainer>>,
+    /// The query service (to drain at shutdown).
+    service: Arc<GatewayService>,
+    /// How long running queries may finish at shutdown.
+    grace: std::time::Duration,
 }
 
 impl Gateway {
@@ -351,6 +355,7 @@ impl Gateway {
             .maintenance
             .enabled
             .then(|| service.maintainer().clone());
+        let drained = service.clone();
         let handlers = PgHandlers::new(
             service,
             config.pg.default_schema.clone(),
@@ -373,6 +378,8 @@ impl Gateway {
             http,
             http_addr,
             maintenance,
+            service: drained,
+            grace: config.limits.shutdown_grace,
         })
     }
 
@@ -403,6 +410,25 @@ impl Gateway {
             self.flight.run(shutdown.clone()),
             self.http.run(shutdown)
         );
+        // No new connections or calls now; queries already running may finish.
+        let started = std::time::Instant::now();
+        loop {
+            let running: usize = self
+                .service
+                .router()
+                .load_by_group()
+                .iter()
+                .map(|(_, running, queued)| running + queued)
+                .sum();
+            if running == 0 {
+                break;
+            }
+            if started.elapsed() >= self.grace {
+                warn!(running, "shutdown grace over; ending running queries");
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         if let Some(loop_) = maintenance {
             // A cycle in flight finishes its current operation (commits are atomic; an
             // interrupted one leaves only unreferenced files, which orphan removal collects).

@@ -16,6 +16,9 @@ pub struct LimitsConfig {
     pub max_connections: usize,
     /// pgwire connections at once per user (0: no limit).
     pub max_connections_per_user: usize,
+    /// On shutdown, how long running queries may take to finish before the process exits.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: std::time::Duration,
 }
 
 impl Default for LimitsConfig {
@@ -23,6 +26,7 @@ impl Default for LimitsConfig {
         Self {
             max_connections: 1000,
             max_connections_per_user: 0,
+            shutdown_grace: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -105,6 +109,7 @@ mod tests {
         let l = Arc::new(ConnectionLimits::new(LimitsConfig {
             max_connections: 3,
             max_connections_per_user: 2,
+            ..Default::default()
         }));
         let a1 = l.acquire("a").expect("a1");
         let _a2 = l.acquire("a").expect("a2");

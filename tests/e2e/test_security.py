@@ -339,3 +339,36 @@ max_rows = 5
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
+
+
+def test_shutdown_lets_a_running_query_finish(lake_dir):
+    import signal
+    import threading
+    gw = start_gateway(wh.flags(str(lake_dir)))
+    result, error = [], []
+    ids = wh.catalog(str(lake_dir)).load_table("public.orders").scan().to_arrow()["order_id"]
+    n = 1_000_000
+    expected = sum(ids.to_pylist()) * (n * (n - 1) // 2)
+    finished = []
+
+    def run():
+        try:
+            with psycopg.connect(gw.dsn, autocommit=True) as conn:
+                result.append(int(conn.execute(
+                    f"SELECT sum(o.order_id * r.value) FROM orders o, range({n}) r").fetchone()[0]))
+                finished.append(time.time())
+        except Exception as e:  # noqa: BLE001 - reported below
+            error.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)
+    started = time.time()
+    gw.proc.send_signal(signal.SIGTERM)
+    t.join(timeout=60)
+    gw.proc.wait(timeout=60)
+    assert error == [] and result == [expected], (result, error)
+    drained = finished[0] - started
+    print(f"query finished {drained:.1f} s after SIGTERM; then the process exited")
+    assert drained > 0.2, "the query was still running when the signal came"
+
