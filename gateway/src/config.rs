@@ -202,6 +202,9 @@ pub struct CatalogConfig {
     pub warehouse: String,
     /// Extra properties passed to the iceberg-rust catalog.
     pub props: BTreeMap<String, String>,
+    /// Longest wait for the catalog per lookup before the statement fails (default 10 s).
+    #[serde(with = "humantime_serde")]
+    pub timeout: std::time::Duration,
 }
 
 impl Default for CatalogConfig {
@@ -211,6 +214,7 @@ impl Default for CatalogConfig {
             name: "lake".into(),
             warehouse: String::new(),
             props: BTreeMap::new(),
+            timeout: std::time::Duration::from_secs(10),
         }
     }
 }

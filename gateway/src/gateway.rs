@@ -41,7 +41,8 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
                 }
                 other => Error::Engine(other),
             })?
-            .with_max_staleness(config.cache.max_staleness),
+            .with_max_staleness(config.cache.max_staleness)
+            .with_timeout(config.catalog.timeout),
     );
     let planner = Arc::new(DataFusionEngine::try_new(
         lake.clone(),

@@ -372,3 +372,35 @@ def test_shutdown_lets_a_running_query_finish(lake_dir):
     print(f"query finished {drained:.1f} s after SIGTERM; then the process exited")
     assert drained > 0.2, "the query was still running when the signal came"
 
+
+
+def test_a_catalog_that_stops_answering_fails_queries_in_time_and_recovers(engine_estate):
+    import signal
+    gw = engine_estate.lakegate('[cache]\nenabled = false\n[catalog]\ntimeout = "2s"\n')
+    postmaster = int((engine_estate.root / "pg" / "postmaster.pid").read_text().split()[0])
+    def freeze(sig):
+        # The postmaster and its backends (the pool's connections), one by one.
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                                  text=True).stdout.split()
+        for pid in [postmaster, *map(int, children)]:
+            os.kill(pid, sig)
+    with psycopg.connect(gw.dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM customers").fetchone()[0] > 0
+        freeze(signal.SIGSTOP)  # the catalog database freezes (not a refusal)
+        try:
+            started = time.time()
+            with pytest.raises(psycopg.Error) as e:
+                conn.execute("SELECT count(*) FROM customers").fetchone()
+            waited = time.time() - started
+            assert "catalog.timeout" in str(e.value) and waited < 6, (waited, e.value)
+        finally:
+            freeze(signal.SIGCONT)
+        # The same connection works again once the catalog answers.
+        deadline = time.time() + 20
+        while True:
+            try:
+                assert conn.execute("SELECT count(*) FROM customers").fetchone()[0] > 0
+                break
+            except psycopg.Error:
+                assert time.time() < deadline, "no recovery after the catalog came back"
+                time.sleep(0.5)

@@ -145,6 +145,8 @@ pub struct Lake {
     loaded: Mutex<HashMap<String, ResolvedTable>>,
     /// How old a version token may be before it is looked up again (zero: every statement).
     max_staleness: std::time::Duration,
+    /// Longest wait for one resolution (catalog lookup and metadata load).
+    timeout: std::time::Duration,
     /// Recent tokens by table, for `max_staleness`.
     recent: Mutex<HashMap<TableIdent, (std::time::Instant, String)>>,
     stats: TokenStats,
@@ -227,6 +229,7 @@ impl Lake {
             tokens,
             loaded: Mutex::new(HashMap::new()),
             max_staleness: std::time::Duration::ZERO,
+            timeout: std::time::Duration::from_secs(10),
             recent: Mutex::new(HashMap::new()),
             stats: TokenStats::default(),
         })
@@ -234,6 +237,12 @@ impl Lake {
 
     /// Lets statements reuse a table's version token for up to `staleness` instead of looking it
     /// up every time (zero, the default, means every statement sees the latest commit).
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Builder: how old a table's version token may be (see [`Lake::resolve_within`]).
     pub fn with_max_staleness(mut self, staleness: std::time::Duration) -> Self {
         self.max_staleness = staleness;
         self
@@ -290,6 +299,22 @@ impl Lake {
     /// # Errors
     /// [`Error::CatalogUnavailable`] when the catalog fails.
     pub async fn directory(&self) -> Result<Directory> {
+        match tokio::time::timeout(self.timeout, self.directory_now()).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::CatalogUnavailable {
+                catalog: self.config.name.clone(),
+                source: Box::new(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    format!(
+                        "no answer within {:?} listing tables (catalog.timeout)",
+                        self.timeout
+                    ),
+                )),
+            }),
+        }
+    }
+
+    async fn directory_now(&self) -> Result<Directory> {
         let unavailable = |source: iceberg::Error| Error::CatalogUnavailable {
             catalog: self.config.name.clone(),
             source: Box::new(source),
@@ -353,6 +378,29 @@ impl Lake {
     /// # Errors
     /// As [`Lake::resolve`].
     pub async fn resolve_within(
+        &self,
+        schema: &str,
+        table: &str,
+        max_staleness: std::time::Duration,
+    ) -> Result<ResolvedTable> {
+        match tokio::time::timeout(self.timeout, self.resolve_now(schema, table, max_staleness))
+            .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(Error::CatalogUnavailable {
+                catalog: self.config.name.clone(),
+                source: Box::new(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    format!(
+                        "no answer within {:?} resolving {schema}.{table} (catalog.timeout)",
+                        self.timeout
+                    ),
+                )),
+            }),
+        }
+    }
+
+    async fn resolve_now(
         &self,
         schema: &str,
         table: &str,
