@@ -6,11 +6,14 @@
 #   scripts/test.sh              everything
 #   scripts/test.sh --rust       only cargo tests
 #   scripts/test.sh --e2e [-k X] only the end-to-end suite (pytest args pass through)
+#   scripts/test.sh --fuzz       only the fuzz targets (60 s each; scripts/fuzz.sh N for longer)
+# LAKEGATE_FUZZ_SECONDS (default 60) sets the fuzzing time per target in a full run; 0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=all
 if [ "${1:-}" = "--rust" ]; then mode=rust; shift; fi
 if [ "${1:-}" = "--e2e" ]; then mode=e2e; shift; fi
+if [ "${1:-}" = "--fuzz" ]; then exec scripts/fuzz.sh "${LAKEGATE_FUZZ_SECONDS:-60}"; fi
 
 scripts/setup.sh
 export LAKEGATE_PYTHON="$PWD/.cache/venv/bin/python"
@@ -25,4 +28,7 @@ if [ "$mode" != e2e ]; then
 fi
 if [ "$mode" != rust ]; then
   "$LAKEGATE_PYTHON" -m pytest -q tests/e2e "$@"
+fi
+if [ "$mode" = all ] && [ "${LAKEGATE_FUZZ_SECONDS:-60}" != 0 ]; then
+  scripts/fuzz.sh "${LAKEGATE_FUZZ_SECONDS:-60}"
 fi
