@@ -404,3 +404,18 @@ def test_a_catalog_that_stops_answering_fails_queries_in_time_and_recovers(engin
             except psycopg.Error:
                 assert time.time() < deadline, "no recovery after the catalog came back"
                 time.sleep(0.5)
+
+
+def test_a_malformed_message_ends_only_its_own_connection(gateway):
+    """pgwire 0.40.7 panics decoding a password message whose length field is below 4 (found by
+    the pg_messages fuzz target); the panic must stay inside that connection's task."""
+    import socket
+    import struct
+    body = struct.pack("!i", 196608) + b"user\x00x\x00database\x00lakegate\x00\x00"
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as s:
+        s.sendall(struct.pack("!i", len(body) + 4) + body)
+        assert s.recv(4096).startswith(b"R")  # authentication ok
+        s.sendall(b"p" + struct.pack("!i", 0) + b"junk")
+        assert s.recv(4096) == b""  # that connection is closed...
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:  # ...the gateway serves on
+        assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0
