@@ -61,6 +61,10 @@ pub struct DataFusionEngine {
     /// catalog list holding its pinned tables.
     base: SessionState,
     pg_catalog: Arc<dyn SchemaProvider>,
+    /// pg_catalog's static tables, shared by every per-session view.
+    static_tables: Arc<datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables>,
+    /// `pg_catalog` views for sessions that may not see every table, by visibility key.
+    views: Mutex<std::collections::HashMap<String, Arc<dyn SchemaProvider>>>,
     /// The last listing of namespaces and tables; refreshed for metadata queries.
     directory: Mutex<Arc<Directory>>,
 }
@@ -99,11 +103,15 @@ impl DataFusionEngine {
         setup_pg_catalog(&ctx, &options.database, EmptyContextProvider)
             .map_err(Error::DataFusion)?;
         let pg_catalog = pg_catalog_schema(lake.clone(), options.database.clone())?;
+        let static_tables =
+            Arc::new(datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables::try_new()?);
         Ok(Self {
             lake,
             database: options.database,
             base: ctx.state(),
             pg_catalog,
+            static_tables,
+            views: Mutex::new(std::collections::HashMap::new()),
             directory: Mutex::new(Arc::new(Directory::default())),
         })
     }
@@ -153,8 +161,49 @@ impl DataFusionEngine {
 
     /// A context for one statement: the shared functions, this statement's pinned tables and
     /// the session's settings.
+    /// The catalog listing and `pg_catalog` this request may see.
+    fn view(
+        &self,
+        directory: Arc<Directory>,
+        visible: Option<&crate::engine::Visibility>,
+    ) -> Result<(Arc<Directory>, Arc<dyn SchemaProvider>)> {
+        let Some(v) = visible else {
+            return Ok((directory, self.pg_catalog.clone()));
+        };
+        let mut filtered = Directory::default();
+        for (schema, tables) in &directory.schemas {
+            let shown: Vec<String> = tables
+                .iter()
+                .filter(|t| (v.allows)(schema, t))
+                .cloned()
+                .collect();
+            if !shown.is_empty() {
+                filtered.schemas.insert(schema.clone(), shown);
+            }
+        }
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        let pg_catalog = match views.get(&v.key) {
+            Some(p) => p.clone(),
+            None => {
+                if views.len() >= 1024 {
+                    views.clear();
+                }
+                let p = crate::system_catalog::pg_catalog_schema_for(
+                    self.lake.clone(),
+                    self.database.clone(),
+                    Some(v.clone()),
+                    Some(self.static_tables.clone()),
+                )?;
+                views.insert(v.key.clone(), p.clone());
+                p
+            }
+        };
+        Ok((Arc::new(filtered), pg_catalog))
+    }
+
     async fn context(&self, request: &EngineRequest<'_>) -> Result<SessionContext> {
         let directory = self.directory_for(request.statement).await?;
+        let (directory, pg_catalog) = self.view(directory, request.settings.visible.as_ref())?;
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         let system = Arc::new(datafusion::catalog::MemorySchemaProvider::new());
         for (name, batch) in request.system_tables {
@@ -170,7 +219,7 @@ impl DataFusionEngine {
                 lake: self.lake.clone(),
                 pins: request.pins.clone(),
                 directory,
-                pg_catalog: self.pg_catalog.clone(),
+                pg_catalog,
                 system,
             }),
         );

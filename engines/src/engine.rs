@@ -45,6 +45,24 @@ impl Pins {
     }
 }
 
+/// Which lake tables a session may see in catalog listings (`pg_catalog`,
+/// `information_schema`); `key` names the view (the user) so views can be cached.
+#[derive(Clone)]
+pub struct Visibility {
+    /// A stable name for this view (e.g. the user).
+    pub key: String,
+    /// Whether `(namespace, table)` is visible.
+    pub allows: std::sync::Arc<dyn Fn(&str, &str) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for Visibility {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Visibility")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Session settings an engine must honour (time zone, search path, who is asking).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -56,6 +74,8 @@ pub struct Settings {
     pub time_zone: String,
     /// Every setting by lower-case name, for `current_setting()`.
     pub values: BTreeMap<String, String>,
+    /// Tables catalog listings may show (`None`: all).
+    pub visible: Option<Visibility>,
 }
 
 impl Default for Settings {
@@ -65,6 +85,7 @@ impl Default for Settings {
             search_path: vec!["public".into()],
             time_zone: "UTC".into(),
             values: BTreeMap::new(),
+            visible: None,
         }
     }
 }

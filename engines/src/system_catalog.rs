@@ -41,12 +41,29 @@ pub const LAKEGATE_SCHEMA: &str = "lakegate";
 pub struct LakeCatalogInfo {
     lake: Arc<Lake>,
     database: String,
+    visible: Option<crate::engine::Visibility>,
 }
 
 impl LakeCatalogInfo {
     /// Presents `lake` as the database `database`.
     pub fn new(lake: Arc<Lake>, database: String) -> Self {
-        Self { lake, database }
+        Self {
+            lake,
+            database,
+            visible: None,
+        }
+    }
+
+    /// The same catalog showing only the tables `visible` allows.
+    pub fn with_visibility(mut self, visible: Option<crate::engine::Visibility>) -> Self {
+        self.visible = visible;
+        self
+    }
+
+    fn shows(&self, schema: &str, table: &str) -> bool {
+        self.visible
+            .as_ref()
+            .is_none_or(|v| (v.allows)(schema, table))
     }
 }
 
@@ -65,7 +82,12 @@ impl CatalogInfo for LakeCatalogInfo {
             return Ok(None);
         }
         let dir = self.lake.directory().await.map_err(ext)?;
-        let mut names: Vec<String> = dir.schemas.keys().cloned().collect();
+        let mut names: Vec<String> = dir
+            .schemas
+            .iter()
+            .filter(|(s, tables)| tables.iter().any(|t| self.shows(s, t)))
+            .map(|(s, _)| s.clone())
+            .collect();
         names.extend(SYSTEM_SCHEMAS.iter().map(|s| s.to_string()));
         Ok(Some(names))
     }
@@ -79,7 +101,13 @@ impl CatalogInfo for LakeCatalogInfo {
             return Ok(None);
         }
         let dir = self.lake.directory().await.map_err(ext)?;
-        Ok(dir.schemas.get(schema).cloned())
+        Ok(dir.schemas.get(schema).map(|tables| {
+            tables
+                .iter()
+                .filter(|t| self.shows(schema, t))
+                .cloned()
+                .collect()
+        }))
     }
 
     async fn table_schema(
@@ -88,7 +116,10 @@ impl CatalogInfo for LakeCatalogInfo {
         schema: &str,
         table: &str,
     ) -> Result<Option<SchemaRef>, DataFusionError> {
-        if catalog != self.database || SYSTEM_SCHEMAS.contains(&schema) {
+        if catalog != self.database
+            || SYSTEM_SCHEMAS.contains(&schema)
+            || !self.shows(schema, table)
+        {
             return Ok(None);
         }
         match self.lake.resolve(schema, table).await {
@@ -120,8 +151,22 @@ pub fn pg_catalog_schema(
     lake: Arc<Lake>,
     database: String,
 ) -> Result<Arc<dyn SchemaProvider>, DataFusionError> {
-    let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
-    let info = LakeCatalogInfo::new(lake, database.clone());
+    pg_catalog_schema_for(lake, database, None, None)
+}
+
+/// `pg_catalog` over the lake as `visible` lets one session see it; `static_tables` (built
+/// once per engine) are shared between views.
+pub fn pg_catalog_schema_for(
+    lake: Arc<Lake>,
+    database: String,
+    visible: Option<crate::engine::Visibility>,
+    static_tables: Option<Arc<PgCatalogStaticTables>>,
+) -> Result<Arc<dyn SchemaProvider>, DataFusionError> {
+    let static_tables = match static_tables {
+        Some(s) => s,
+        None => Arc::new(PgCatalogStaticTables::try_new()?),
+    };
+    let info = LakeCatalogInfo::new(lake, database.clone()).with_visibility(visible);
     let provider =
         PgCatalogSchemaProvider::try_new(info.clone(), static_tables, EmptyContextProvider)?;
     Ok(Arc::new(crate::pg_attribute::PgCatalogSchema::new(

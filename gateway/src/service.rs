@@ -206,6 +206,22 @@ impl GatewayService {
         &self.auth
     }
 
+    /// The session's engine settings, with the catalog view its access rules allow.
+    fn engine_settings(&self, session: &Session) -> Settings {
+        let mut settings = session.engine_settings();
+        if self.access.enabled() {
+            let user = session.user().to_string();
+            let roles = self.auth.roles(&user);
+            let access = self.access.clone();
+            let key = format!("{user}\u{0}{}", roles.join(","));
+            settings.visible = Some(lakegate_engines::engine::Visibility {
+                key,
+                allows: Arc::new(move |ns, t| access.may_read(&user, &roles, ns, t)),
+            });
+        }
+        settings
+    }
+
     /// The maintenance loop.
     pub fn maintainer(&self) -> &Arc<Maintainer> {
         &self.maintainer
@@ -451,6 +467,28 @@ impl GatewayService {
     /// When the catalog fails.
     pub async fn directory(&self) -> Result<lakegate_engines::lake::Directory> {
         Ok(self.lake.directory().await?)
+    }
+
+    /// The namespaces and tables `user` may read (all of them without access rules).
+    ///
+    /// # Errors
+    /// When the catalog fails.
+    pub async fn directory_for(&self, user: &str) -> Result<lakegate_engines::lake::Directory> {
+        let mut directory = self.lake.directory().await?;
+        if self.access.enabled() {
+            let roles = self.auth.roles(user);
+            directory.schemas = std::mem::take(&mut directory.schemas)
+                .into_iter()
+                .filter_map(|(ns, tables)| {
+                    let shown: Vec<String> = tables
+                        .into_iter()
+                        .filter(|t| self.access.may_read(user, &roles, &ns, t))
+                        .collect();
+                    (!shown.is_empty()).then_some((ns, shown))
+                })
+                .collect();
+        }
+        Ok(directory)
     }
 
     /// The current Arrow schema of `schema.table`.
@@ -759,7 +797,7 @@ impl GatewayService {
             StatementKind::Query => {
                 let mut statement = statement.clone();
                 let names = output_names::apply(&mut statement);
-                let settings = session.engine_settings();
+                let settings = self.engine_settings(session);
                 let resolved = self.resolve(&statement, &settings).await?;
                 let mut described = self
                     .plan_description(&statement, &resolved, &settings)
@@ -878,7 +916,7 @@ impl GatewayService {
         let mut statement = statement.clone();
         let names = output_names::apply(&mut statement);
         let statement = &statement;
-        let settings = session.engine_settings();
+        let settings = self.engine_settings(session);
         let routed = self.route(statement, &settings, session).await?;
         let pins = &routed.resolved.pins;
         pending.record.snapshots = snapshot_list(pins, ",");
@@ -948,7 +986,7 @@ impl GatewayService {
                 what: "EXPLAIN ROUTE of anything but a query".into(),
             });
         }
-        let settings = session.engine_settings();
+        let settings = self.engine_settings(session);
         let routed = self.route(target, &settings, session).await?;
         let p = &routed.profile;
         let d = &routed.decision;

@@ -311,6 +311,7 @@ impl Session {
                 .cloned()
                 .unwrap_or_else(|| "UTC".into()),
             values: self.values.clone(),
+            visible: None,
         }
     }
 

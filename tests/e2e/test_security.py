@@ -281,12 +281,28 @@ tables = ["sales.*"]
             # A join needs every table.
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 b.execute("SELECT count(*) FROM sales.regions r JOIN public.orders o ON true")
+            # Catalog listings show each user only what it may read.
+            listed = lambda c: {tuple(r) for r in c.execute(  # noqa: E731
+                "SELECT table_schema, table_name FROM information_schema.tables "
+                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema', 'lakegate')")}
+            assert ("public", "orders") in listed(a) and ("sales", "regions") not in listed(a)
+            assert listed(b) == {("sales", "regions")}, listed(b)
+            relnames = {r[0] for r in b.execute("SELECT relname FROM pg_catalog.pg_class")}
+            assert "regions" in relnames and "orders" not in relnames and "customers" not in relnames
+            schemas = {r[0] for r in b.execute("SELECT nspname FROM pg_catalog.pg_namespace")}
+            assert "sales" in schemas and "public" not in schemas, schemas
             # Nothing ran for the denied statements.
-            failed = a.execute("SELECT count(*) FROM lakegate.queries WHERE user_name = 'bob' "
-                               "AND engine <> ''").fetchone()[0]
-            assert failed == 1, "only bob's permitted query reached an engine"
+            reached = a.execute("SELECT count(*) FROM lakegate.queries WHERE user_name = 'bob' "
+                                "AND query LIKE '%orders%' AND engine <> ''").fetchone()[0]
+            refused = a.execute("SELECT count(*) FROM lakegate.queries WHERE user_name = 'bob' "
+                                "AND error LIKE 'permission denied%'").fetchone()[0]
+            assert (reached, refused) == (0, 2), "bob's denied statements reached no engine"
         with flight_sql.connect(f"grpc://127.0.0.1:{gw.flight_port}",
                                 db_kwargs={"username": "bob", "password": "b-pass"}) as fc:
+            objects = fc.adbc_get_objects(depth="tables").read_all().to_pylist()
+            seen = {(s["db_schema_name"], t["table_name"]) for c in objects
+                    for s in c["catalog_db_schemas"] or [] for t in s["db_schema_tables"] or []}
+            assert seen == {("sales", "regions")}, seen
             with fc.cursor() as cur, pytest.raises(Exception) as e:
                 cur.execute("SELECT count(*) FROM orders")
                 cur.fetchall()

@@ -420,10 +420,18 @@ impl FlightSqlFrontend {
             .map_err(status)
     }
 
-    async fn tables_batch(&self, query: CommandGetTables) -> Result<RecordBatch, Status> {
+    async fn tables_batch(
+        &self,
+        query: CommandGetTables,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<RecordBatch, Status> {
         let include_schema = query.include_schema;
         let mut builder = query.into_builder();
-        let directory = self.service.directory().await.map_err(status)?;
+        let directory = self
+            .service
+            .directory_for(&self.session(metadata)?.user().to_string())
+            .await
+            .map_err(status)?;
         for (schema, tables) in &directory.schemas {
             for table in tables {
                 let table_schema = if include_schema {
@@ -786,10 +794,11 @@ impl FlightSqlService for FlightSqlFrontend {
     async fn do_get_schemas(
         &self,
         query: CommandGetDbSchemas,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let mut builder = query.into_builder();
-        let directory = self.service.directory().await.map_err(status)?;
+        let user = self.session(request.metadata())?.user().to_string();
+        let directory = self.service.directory_for(&user).await.map_err(status)?;
         for schema in directory.schemas.keys() {
             builder.append(&self.database, schema);
         }
@@ -812,9 +821,9 @@ impl FlightSqlService for FlightSqlFrontend {
     async fn do_get_tables(
         &self,
         query: CommandGetTables,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let batch = self.tables_batch(query).await?;
+        let batch = self.tables_batch(query, request.metadata()).await?;
         Ok(batches_response(batch.schema(), vec![batch]))
     }
 
