@@ -45,6 +45,9 @@ impl Pins {
     }
 }
 
+/// Whether `(namespace, table)` may be shown.
+pub type TableFilter = std::sync::Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
 /// Which lake tables a session may see in catalog listings (`pg_catalog`,
 /// `information_schema`); `key` names the view (the user) so views can be cached.
 #[derive(Clone)]
@@ -52,7 +55,7 @@ pub struct Visibility {
     /// A stable name for this view (e.g. the user).
     pub key: String,
     /// Whether `(namespace, table)` is visible.
-    pub allows: std::sync::Arc<dyn Fn(&str, &str) -> bool + Send + Sync>,
+    pub allows: TableFilter,
 }
 
 impl std::fmt::Debug for Visibility {
