@@ -429,7 +429,7 @@ impl FlightSqlFrontend {
         let mut builder = query.into_builder();
         let directory = self
             .service
-            .directory_for(&self.session(metadata)?.user().to_string())
+            .directory_for(self.session(metadata)?.user())
             .await
             .map_err(status)?;
         for (schema, tables) in &directory.schemas {
