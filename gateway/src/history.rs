@@ -275,11 +275,17 @@ impl QueryHistory {
 
     /// `lakegate.queries`, oldest first.
     pub fn batch(&self) -> RecordBatch {
+        self.batch_for(None)
+    }
+
+    /// `lakegate.queries` with only `user`'s queries (all with `None`), oldest first.
+    pub fn batch_for(&self, user: Option<&str>) -> RecordBatch {
         let entries: Vec<QueryRecord> = self
             .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
+            .filter(|r| user.is_none_or(|u| r.user == u))
             .cloned()
             .collect();
         let schema = Self::schema();

@@ -338,12 +338,20 @@ impl GatewayService {
     }
 
     /// Materialises the `lakegate.<name>` tables a statement reads.
-    async fn system_tables(&self, names: &[String]) -> Result<Vec<(String, RecordBatch)>> {
+    async fn system_tables(
+        &self,
+        names: &[String],
+        user: &str,
+    ) -> Result<Vec<(String, RecordBatch)>> {
+        // With access rules, `lakegate.queries` shows a user its own queries unless it has
+        // the `admin` role.
+        let own = (self.access.enabled() && !self.auth.roles(user).iter().any(|r| r == "admin"))
+            .then_some(user);
         let mut out = Vec::new();
         for name in names.iter().cloned() {
             let batch = match name.as_str() {
                 "cache_stats" => self.cache.stats_batch(self.lake.token_stats()).await,
-                "queries" => self.history.batch(),
+                "queries" => self.history.batch_for(own),
                 "engines" => self.engines_batch().await,
                 "routing" => self.routing_batch(),
                 "table_health" => {
@@ -503,7 +511,8 @@ impl GatewayService {
     /// the system tables it reads.
     async fn resolve(&self, statement: &Statement, settings: &Settings) -> Result<Resolved> {
         let refs = classify::references(statement, settings.default_schema())?;
-        self.resolve_refs(&refs, std::time::Duration::ZERO).await
+        self.resolve_refs(&refs, std::time::Duration::ZERO, &settings.user)
+            .await
     }
 
     /// Resolves `refs`, reusing versions younger than `max_staleness` (zero: the lake's
@@ -512,6 +521,7 @@ impl GatewayService {
         &self,
         refs: &classify::References,
         max_staleness: std::time::Duration,
+        user: &str,
     ) -> Result<Resolved> {
         let mut pins = Pins::default();
         for (schema, table) in &refs.lake {
@@ -526,7 +536,7 @@ impl GatewayService {
         }
         Ok(Resolved {
             pins,
-            system_tables: self.system_tables(&refs.system).await?,
+            system_tables: self.system_tables(&refs.system, user).await?,
             catalog: refs.catalog,
         })
     }
@@ -597,7 +607,9 @@ impl GatewayService {
             self.access
                 .check(user, &self.auth.roles(user), &refs.lake, Some(&group.name))?;
         }
-        let resolved = self.resolve_refs(&refs, group.max_staleness).await?;
+        let resolved = self
+            .resolve_refs(&refs, group.max_staleness, session.user())
+            .await?;
         profile.scan_bytes = Some(
             self.scan_estimate(statement, &resolved.pins, group.max_scan_bytes)
                 .await,

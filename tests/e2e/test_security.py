@@ -249,7 +249,7 @@ def test_access_rules_deny_with_42501_before_any_engine_or_cache(lake_dir, tmp_p
 [[auth.users]]
 name = "alice"
 password = "{hashed('a-pass')}"
-roles = ["analyst"]
+roles = ["analyst", "admin"]
 [[auth.users]]
 name = "bob"
 password = "{hashed('b-pass')}"
@@ -298,6 +298,9 @@ tables = ["sales.*"]
             refused = a.execute("SELECT count(*) FROM lakegate.queries WHERE user_name = 'bob' "
                                 "AND error LIKE 'permission denied%'").fetchone()[0]
             assert (reached, refused) == (0, 2), "bob's denied statements reached no engine"
+            # Without the admin role, the history shows one's own queries only.
+            users = {r[0] for r in b.execute("SELECT DISTINCT user_name FROM lakegate.queries")}
+            assert users == {"bob"}, users
         with flight_sql.connect(f"grpc://127.0.0.1:{gw.flight_port}",
                                 db_kwargs={"username": "bob", "password": "b-pass"}) as fc:
             objects = fc.adbc_get_objects(depth="tables").read_all().to_pylist()
