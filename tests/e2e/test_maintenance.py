@@ -199,6 +199,9 @@ log_path = "{tmp_path / 'ops.jsonl'}"
           f"{len(compactions)} compactions, {files} data files at the end, "
           f"{sum(1 for o in ops if 're-applied' in o[2])} compactions re-applied over appends")
     assert files < commits / 4, (files, commits)
+    # Stop this gateway's loop now: later tests measure latency on the same two cores.
+    gw.proc.terminate()
+    gw.proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------------------------------------
