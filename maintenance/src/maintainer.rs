@@ -396,6 +396,19 @@ impl Maintainer {
             if only.is_some_and(|o| o != key) || !self.config.allows(&ns, &t) {
                 continue;
             }
+            // Cadence first (one catalog load): only due tables are assessed (manifests,
+            // partition heat), so an estate of quiet tables costs a lookup each per cycle.
+            if !force {
+                let ident = TableIdent::new(namespace_ident(&ns), t.clone());
+                match self.committer.load(&ident).await {
+                    Ok(table) if self.due(&key, &table, false).0 => {}
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(table = %key, error = %e, "not loaded");
+                        continue;
+                    }
+                }
+            }
             let a = match self.assess(&ns, &t).await {
                 Ok(a) => a,
                 Err(e) => {
