@@ -15,6 +15,8 @@ command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 command -v unzip >/dev/null || need_apt+=(unzip)
 command -v curl >/dev/null || need_apt+=(curl)
+command -v openssl >/dev/null || need_apt+=(openssl)     # the TLS test makes its own CA
+command -v pgrep >/dev/null || need_apt+=(procps)        # the catalog-freeze test
 command -v chromium >/dev/null || need_apt+=(chromium)   # the console's browser test
 command -v node >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
