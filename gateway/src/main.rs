@@ -105,29 +105,30 @@ enum Command {
 enum MaintenanceAction {
     /// Show the health of every table and the operations the next cycle would run, and why.
     Plan {
-        /// Only this table (`ns.table`).
-        #[arg(long)]
-        table: Option<String>,
-        /// TOML configuration file.
-        #[arg(long)]
-        config: Option<PathBuf>,
         #[command(flatten)]
-        flags: Flags,
+        target: MaintenanceTarget,
     },
     /// Run one maintenance cycle now over every table (or one), printing progress.
     Run {
         /// Run one cycle and exit (the only mode; `serve --maintenance` runs the loop).
         #[arg(long, required = true)]
         once: bool,
-        /// Only this table (`ns.table`).
-        #[arg(long)]
-        table: Option<String>,
-        /// TOML configuration file.
-        #[arg(long)]
-        config: Option<PathBuf>,
         #[command(flatten)]
-        flags: Flags,
+        target: MaintenanceTarget,
     },
+}
+
+/// Which tables, and the catalog they are in.
+#[derive(Args)]
+struct MaintenanceTarget {
+    /// Only this table (`ns.table`).
+    #[arg(long)]
+    table: Option<String>,
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    flags: Flags,
 }
 
 /// Connection settings that override the config file.
@@ -247,19 +248,15 @@ async fn run() -> anyhow::Result<()> {
             return Ok(());
         }
         Command::Maintenance { action } => {
-            let (config, flags, table, run) = match action {
-                MaintenanceAction::Plan {
-                    table,
-                    config,
-                    flags,
-                } => (config, flags, table, false),
-                MaintenanceAction::Run {
-                    table,
-                    config,
-                    flags,
-                    ..
-                } => (config, flags, table, true),
+            let (target, run) = match action {
+                MaintenanceAction::Plan { target } => (target, false),
+                MaintenanceAction::Run { target, .. } => (target, true),
             };
+            let MaintenanceTarget {
+                table,
+                config,
+                flags,
+            } = target;
             let config = Config::load(config.as_deref(), &flags.overrides())?;
             let out = lakegate_gateway::gateway::maintenance_local(&config, table.as_deref(), run)
                 .await?;

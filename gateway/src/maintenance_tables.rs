@@ -74,8 +74,7 @@ pub fn health_batch(tables: &[TableHealth]) -> RecordBatch {
     ])
 }
 
-/// One row per (table, partition); `hot` marks partitions with at least half the table's
-/// hottest partition's heat (and hotter than its coldest).
+/// One row per (table, partition), with the health assessment's `hot` mark.
 pub fn partitions_batch(tables: &[TableHealth]) -> RecordBatch {
     let rows: Vec<(
         &TableHealth,
@@ -83,18 +82,7 @@ pub fn partitions_batch(tables: &[TableHealth]) -> RecordBatch {
         bool,
     )> = tables
         .iter()
-        .flat_map(|h| {
-            let max = h.partitions.iter().map(|p| p.heat).fold(0.0, f64::max);
-            let min = h.partitions.iter().map(|p| p.heat).fold(f64::MAX, f64::min);
-            let single = h.partitions.len() == 1;
-            h.partitions.iter().map(move |p| {
-                (
-                    h,
-                    p,
-                    max > 0.0 && p.heat >= max * 0.5 && (p.heat > min || single),
-                )
-            })
-        })
+        .flat_map(|h| h.partitions.iter().map(move |p| (h, p, p.hot)))
         .collect();
     let r = || rows.iter();
     batch(vec![

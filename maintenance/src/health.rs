@@ -38,6 +38,8 @@ pub struct PartitionHealth {
     pub heat: f64,
     /// Files beyond the ideal count (small files that compaction would merge).
     pub extra_files: usize,
+    /// At least half as hot as the table's hottest partition, and hotter than its coldest.
+    pub hot: bool,
 }
 
 /// One table's health.
@@ -144,6 +146,7 @@ pub fn assess(
                     .copied()
                     .unwrap_or(0.0),
                 extra_files: 0,
+                hot: false,
             });
         if f.data_file.content_type() == DataContentType::Data {
             p.data_files += 1;
@@ -165,6 +168,12 @@ pub fn assess(
         p.extra_files = p.data_files.saturating_sub(ideal).min(p.small_files);
     }
     let mut partitions: Vec<PartitionHealth> = partitions.into_values().collect();
+    let hottest = partitions.iter().map(|p| p.heat).fold(0.0, f64::max);
+    let coldest = partitions.iter().map(|p| p.heat).fold(f64::MAX, f64::min);
+    let single = partitions.len() == 1;
+    for p in &mut partitions {
+        p.hot = hottest > 0.0 && p.heat >= hottest * 0.5 && (p.heat > coldest || single);
+    }
     partitions.sort_by(|a, b| {
         b.heat
             .total_cmp(&a.heat)

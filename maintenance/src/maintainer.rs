@@ -183,7 +183,11 @@ impl Maintainer {
     pub async fn assess(&self, namespace: &str, name: &str) -> Result<Assessment> {
         let ident = TableIdent::new(namespace_ident(namespace), name.to_string());
         let table = self.committer.load(&ident).await?;
-        let key = table_key(namespace, name);
+        self.assess_loaded(table_key(namespace, name), table).await
+    }
+
+    /// Assesses `table` (already loaded) as `key`.
+    async fn assess_loaded(&self, key: String, table: Table) -> Result<Assessment> {
         let view = self.heat_view(&key);
         let inventory = match table.metadata().current_snapshot() {
             Some(s) => Some(Inventory::load(&table, s, &self.cache).await?),
@@ -398,18 +402,16 @@ impl Maintainer {
             }
             // Cadence first (one catalog load): only due tables are assessed (manifests,
             // partition heat), so an estate of quiet tables costs a lookup each per cycle.
-            if !force {
-                let ident = TableIdent::new(namespace_ident(&ns), t.clone());
-                match self.committer.load(&ident).await {
-                    Ok(table) if self.due(&key, &table, false).0 => {}
-                    Ok(_) => continue,
-                    Err(e) => {
-                        tracing::warn!(table = %key, error = %e, "not loaded");
-                        continue;
-                    }
+            let ident = TableIdent::new(namespace_ident(&ns), t.clone());
+            let table = match self.committer.load(&ident).await {
+                Ok(table) if force || self.due(&key, &table, false).0 => table,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(table = %key, error = %e, "not loaded");
+                    continue;
                 }
-            }
-            let a = match self.assess(&ns, &t).await {
+            };
+            let a = match self.assess_loaded(key.clone(), table).await {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(table = %key, error = %e, "not assessed");

@@ -292,6 +292,7 @@ mod tests {
             last_write_ms,
             heat,
             extra_files: files - 1,
+            hot: false,
         }
     }
 

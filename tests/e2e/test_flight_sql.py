@@ -5,6 +5,8 @@ import adbc_driver_flightsql.dbapi as flight_sql
 import psycopg
 import pyarrow as pa
 import pyarrow.flight as fl
+
+from flight_commands import statement_query
 import pytest
 
 import warehouse as wh
@@ -83,27 +85,13 @@ def test_raw_flight_sql_commands_with_pyarrow(gateway, expected):
     """CommandStatementQuery by hand: GetFlightInfo, then DoGet on the returned ticket."""
     client = fl.FlightClient(f"grpc://127.0.0.1:{gateway.flight_port}")
     try:
-        # FlightSql.proto CommandStatementQuery{query=1}, packed in google.protobuf.Any
-        query = b"SELECT count(*) AS n FROM orders"
-        inner = b"\x0a" + _varint(len(query)) + query
-        type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery"
-        any_bytes = b"\x0a" + _varint(len(type_url)) + type_url + b"\x12" + _varint(len(inner)) + inner
+        any_bytes = statement_query("SELECT count(*) AS n FROM orders")
         info = client.get_flight_info(fl.FlightDescriptor.for_command(any_bytes))
         assert info.schema.names == ["n"]
         table = client.do_get(info.endpoints[0].ticket).read_all()
         assert table.column("n").to_pylist() == [expected["orders_count"]]
     finally:
         client.close()
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 FLIGHT_JDBC_TEST = r"""

@@ -18,6 +18,7 @@ import pyarrow.flight as fl
 import pytest
 
 import warehouse as wh
+from flight_commands import statement_query
 from conftest import lakegate_bin, start_gateway
 
 
@@ -116,35 +117,16 @@ def test_flight_sql_basic_auth_then_bearer_tokens(secured):
     header, value = client.authenticate_basic_token("bob", "battery staple")
     token_call = fl.FlightCallOptions(headers=[(header, value)])
     sql = "SELECT count(*) FROM orders"
-    info = client.get_flight_info(fl.FlightDescriptor.for_command(_statement(sql)), token_call)
+    info = client.get_flight_info(fl.FlightDescriptor.for_command(statement_query(sql)), token_call)
     assert info.endpoints
     # No token, a forged token and (after the TTL) the real one are all refused.
     for options in [fl.FlightCallOptions(),
                     fl.FlightCallOptions(headers=[(b"authorization", b"Bearer forged")])]:
         with pytest.raises(fl.FlightUnauthenticatedError):
-            client.get_flight_info(fl.FlightDescriptor.for_command(_statement(sql)), options)
+            client.get_flight_info(fl.FlightDescriptor.for_command(statement_query(sql)), options)
     time.sleep(3.5)
     with pytest.raises(fl.FlightUnauthenticatedError):
-        client.get_flight_info(fl.FlightDescriptor.for_command(_statement(sql)), token_call)
-
-
-def _statement(sql: str) -> bytes:
-    """A Flight SQL CommandStatementQuery packed in an Any (protobuf by hand: two strings)."""
-    def field(num: int, payload: bytes) -> bytes:
-        return bytes([num << 3 | 2]) + _varint(len(payload)) + payload
-    inner = field(1, sql.encode())
-    return field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + \
-        field(2, inner)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+        client.get_flight_info(fl.FlightDescriptor.for_command(statement_query(sql)), token_call)
 
 
 def test_connections_over_the_limit_are_refused_and_the_rest_keep_working(lake_dir, tmp_path):

@@ -299,14 +299,24 @@ impl Lake {
     /// # Errors
     /// [`Error::CatalogUnavailable`] when the catalog fails.
     pub async fn directory(&self) -> Result<Directory> {
-        match tokio::time::timeout(self.timeout, self.directory_now()).await {
+        self.bounded("listing tables", self.directory_now()).await
+    }
+
+    /// `work` against the catalog, failing with [`Error::CatalogUnavailable`] after the
+    /// configured timeout (a frozen catalog must not hang statements).
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, work).await {
             Ok(r) => r,
             Err(_) => Err(Error::CatalogUnavailable {
                 catalog: self.config.name.clone(),
                 source: Box::new(iceberg::Error::new(
                     iceberg::ErrorKind::Unexpected,
                     format!(
-                        "no answer within {:?} listing tables (catalog.timeout)",
+                        "no answer within {:?} {what} (catalog.timeout)",
                         self.timeout
                     ),
                 )),
@@ -383,21 +393,11 @@ impl Lake {
         table: &str,
         max_staleness: std::time::Duration,
     ) -> Result<ResolvedTable> {
-        match tokio::time::timeout(self.timeout, self.resolve_now(schema, table, max_staleness))
-            .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(Error::CatalogUnavailable {
-                catalog: self.config.name.clone(),
-                source: Box::new(iceberg::Error::new(
-                    iceberg::ErrorKind::Unexpected,
-                    format!(
-                        "no answer within {:?} resolving {schema}.{table} (catalog.timeout)",
-                        self.timeout
-                    ),
-                )),
-            }),
-        }
+        self.bounded(
+            &format!("resolving {schema}.{table}"),
+            self.resolve_now(schema, table, max_staleness),
+        )
+        .await
     }
 
     async fn resolve_now(
