@@ -251,6 +251,12 @@ impl VisitorMut for Rewriter<'_> {
                 if let Some(WindowType::WindowSpec(spec)) = &mut f.over {
                     explicit_nulls(&mut spec.order_by);
                 }
+                if matches!(self.dialect, Dialect::Trino { .. })
+                    && let Some(arg) = md5_argument(f)
+                {
+                    // PostgreSQL's md5(text) is lower-case hex text; Trino's hashes varbinary.
+                    *expr = call("lower", call("to_hex", call("md5", call("to_utf8", arg))));
+                }
             }
             Expr::ILike {
                 negated,
@@ -260,24 +266,7 @@ impl VisitorMut for Rewriter<'_> {
                 any: false,
             } if matches!(self.dialect, Dialect::Trino { .. }) => {
                 // Trino has no ILIKE.
-                let lower = |e: &Expr| {
-                    Expr::Function(ast::Function {
-                        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new("lower"))]),
-                        uses_odbc_syntax: false,
-                        parameters: ast::FunctionArguments::None,
-                        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
-                            duplicate_treatment: None,
-                            args: vec![ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
-                                e.clone(),
-                            ))],
-                            clauses: vec![],
-                        }),
-                        filter: None,
-                        null_treatment: None,
-                        over: None,
-                        within_group: vec![],
-                    })
-                };
+                let lower = |e: &Expr| call("lower", e.clone());
                 *expr = Expr::Like {
                     negated: *negated,
                     any: false,
@@ -312,6 +301,41 @@ impl VisitorMut for Rewriter<'_> {
             });
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// `name(arg)`.
+fn call(name: &str, arg: Expr) -> Expr {
+    Expr::Function(ast::Function {
+        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
+        uses_odbc_syntax: false,
+        parameters: ast::FunctionArguments::None,
+        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arg))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// The argument of a plain one-argument `md5(...)` call.
+fn md5_argument(f: &ast::Function) -> Option<Expr> {
+    let [ObjectNamePart::Identifier(name)] = f.name.0.as_slice() else {
+        return None;
+    };
+    if !name.value.eq_ignore_ascii_case("md5") || f.over.is_some() {
+        return None;
+    }
+    match &f.args {
+        ast::FunctionArguments::List(list) => match list.args.as_slice() {
+            [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))] => Some(e.clone()),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -587,6 +611,20 @@ mod tests {
         assert!(sql.contains("lower(b) LIKE lower('x%')"), "{sql}");
         assert!(sql.contains("OFFSET 10"), "{sql}");
         assert!(sql.ends_with("FETCH FIRST 5 ROWS ONLY"), "{sql}");
+    }
+
+    #[test]
+    fn trino_md5_hashes_text_to_hex_like_postgres() {
+        let sql = render_plain(
+            "SELECT md5(CAST(e AS VARCHAR)) AS e FROM x",
+            Dialect::Trino { catalog: "lake" },
+        );
+        assert_eq!(
+            sql,
+            "SELECT lower(to_hex(md5(to_utf8(CAST(e AS VARCHAR))))) AS e FROM x"
+        );
+        let duck = render_plain("SELECT md5(e) FROM x", Dialect::DuckDb);
+        assert_eq!(duck, "SELECT md5(e) FROM x");
     }
 
     #[test]

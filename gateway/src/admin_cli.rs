@@ -1,24 +1,48 @@
 //! `lakegate status`, `lakegate tables` and `lakegate queries`: terminal views of a running
-//! gateway, read from its admin API (`--http`, default http://127.0.0.1:8080).
+//! gateway, read from its admin API (`--http`, default http://127.0.0.1:8080; with users
+//! configured, give one with role admin or monitor as `http://user:password@host:port`).
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 
 async fn fetch(base: &str, path: &str) -> Result<Value> {
-    let url = format!("{}{path}", base.trim_end_matches('/'));
+    let mut url = format!("{}{path}", base.trim_end_matches('/'));
+    let mut credentials = None;
+    if let Ok(mut parsed) = reqwest::Url::parse(&url)
+        && !parsed.username().is_empty()
+    {
+        credentials = Some((
+            parsed.username().to_string(),
+            parsed.password().map(str::to_string),
+        ));
+        let _ = parsed.set_username("");
+        let _ = parsed.set_password(None);
+        url = parsed.to_string();
+    }
     let unreachable = |e: &dyn std::fmt::Display| Error::Config {
         setting: "--http".into(),
         reason: format!(
             "cannot read {url}: {e} (is the gateway running with --http-listen there?)"
         ),
     };
-    let response = reqwest::Client::new()
+    let mut request = reqwest::Client::new()
         .get(&url)
-        .timeout(std::time::Duration::from_secs(15))
-        .send()
-        .await
-        .map_err(|e| unreachable(&e))?;
+        .timeout(std::time::Duration::from_secs(15));
+    if let Some((user, password)) = credentials {
+        request = request.basic_auth(user, password);
+    }
+    let response = request.send().await.map_err(|e| unreachable(&e))?;
+    let status = response.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Err(Error::Config {
+            setting: "--http".into(),
+            reason: format!(
+                "{url} answered {status}: give a user with role admin or monitor as \
+                 http://user:password@host:port"
+            ),
+        });
+    }
     response.json().await.map_err(|e| unreachable(&e))
 }
 

@@ -37,6 +37,9 @@ pub struct AuthConfig {
     pub token_ttl: Duration,
     /// The users.
     pub users: Vec<UserConfig>,
+    /// Prefixed to every value before a `[[mask]]` hashes it (so a hash cannot be looked up
+    /// in a table of common values' hashes).
+    pub mask_salt: String,
 }
 
 impl Default for AuthConfig {
@@ -46,6 +49,7 @@ impl Default for AuthConfig {
             allow_remote_trust: false,
             token_ttl: Duration::from_secs(3600),
             users: vec![],
+            mask_salt: String::new(),
         }
     }
 }
@@ -90,6 +94,9 @@ pub struct Auth {
     secret: [u8; 32],
     token_ttl: Duration,
     tokens: Mutex<HashMap<String, (String, Instant)>>,
+    /// Recently verified basic credentials (keyed by a keyed hash, never the password), so
+    /// a console refreshing every 2 s does not pay the 4096-round derivation each request.
+    verified: Mutex<HashMap<Vec<u8>, Instant>>,
     failures: AtomicU64,
 }
 
@@ -205,6 +212,7 @@ impl Auth {
             secret: random_bytes::<32>(),
             token_ttl: config.token_ttl,
             tokens: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
             failures: AtomicU64::new(0),
         })
     }
@@ -217,6 +225,7 @@ impl Auth {
             secret: random_bytes::<32>(),
             token_ttl: Duration::from_secs(3600),
             tokens: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
             failures: AtomicU64::new(0),
         }
     }
@@ -256,6 +265,44 @@ impl Auth {
             self.failed();
         }
         ok
+    }
+
+    /// [`Auth::verify`], remembering a success for a minute (HTTP basic auth sends the
+    /// password with every request).
+    pub fn verify_cached(&self, user: &str, password: &str) -> bool {
+        let key = gen_salted_password(&format!("{user}\u{0}{password}"), &self.secret, 1);
+        let now = Instant::now();
+        {
+            let verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+            if verified.get(&key).is_some_and(|until| *until > now) {
+                return true;
+            }
+        }
+        if !self.verify(user, password) {
+            return false;
+        }
+        let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        verified.retain(|_, until| *until > now);
+        verified.insert(key, now + Duration::from_secs(60));
+        true
+    }
+
+    /// The user an HTTP `Authorization` header (Basic, or a Flight SQL Bearer token) proves.
+    pub fn http_user(&self, authorization: &str) -> Option<String> {
+        let (scheme, value) = authorization.trim().split_once(' ')?;
+        if scheme.eq_ignore_ascii_case("bearer") {
+            return self.check_token(value.trim());
+        }
+        if !scheme.eq_ignore_ascii_case("basic") {
+            return None;
+        }
+        let decoded = B64
+            .decode(value.trim())
+            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(value.trim()))
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        let (user, password) = text.split_once(':')?;
+        self.verify_cached(user, password).then(|| user.to_string())
     }
 
     /// A bearer token for `user`, valid for the configured lifetime.

@@ -49,6 +49,8 @@ pub struct Config {
     pub tls: crate::tls::TlsConfig,
     /// Who may read which tables and use which routing groups (none: everyone, everything).
     pub access: Vec<crate::access::AccessRule>,
+    /// Columns some users see only hashed (none: every column in the clear).
+    pub mask: Vec<crate::mask::MaskRule>,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

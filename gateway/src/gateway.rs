@@ -102,6 +102,8 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         crate::service::Security {
             auth,
             access: crate::access::Access::new(config.access.clone())?,
+            masks: crate::mask::Masks::new(config.mask.clone(), config.auth.mask_salt.clone())?,
+            max_result_bytes: config.limits.max_result_bytes,
         },
     ));
     let replayed = service.replay_history();
@@ -329,7 +331,9 @@ impl Gateway {
             config.pg.database.clone(),
             config.pg.default_schema.clone(),
         )?;
-        let flight = FlightServer::bind(config.flight_listen_addr()?, flight_frontend).await?;
+        let flight = FlightServer::bind(config.flight_listen_addr()?, flight_frontend)
+            .await?
+            .with_tls(crate::tls::acceptor(&config.tls, crate::tls::Alpn::Http2)?);
         let flight_addr = flight.local_addr().map_err(|source| Error::Bind {
             setting: "flight.listen",
             addr: config.flight.listen.clone(),
@@ -365,7 +369,10 @@ impl Gateway {
         );
         let pg = PgServer::bind(config.pg_listen_addr()?, handlers)
             .await?
-            .with_tls(crate::tls::acceptor(&config.tls)?);
+            .with_tls(crate::tls::acceptor(
+                &config.tls,
+                crate::tls::Alpn::Postgres,
+            )?);
         let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
             setting: "pg.listen",
             addr: config.pg.listen.clone(),

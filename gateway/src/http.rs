@@ -15,6 +15,11 @@
 //! | `/api/table/{ns.table}` | one table: freshness budget, partitions, operations |
 //! | `/api/operations` | the maintenance operations log, newest first |
 //! | `/` | the web console (reads the endpoints above) |
+//!
+//! With users configured (`[[auth.users]]`), everything but `/api/health` and `/api/ready`
+//! needs HTTP basic auth (or a Flight SQL bearer token) of a user with role `admin` or
+//! `monitor`: 401 with a `WWW-Authenticate` challenge (browsers prompt, Prometheus sends
+//! `basic_auth`), 403 for other users.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,13 +67,9 @@ impl HttpServer {
                 addr: configured.to_string(),
                 source,
             })?;
-        let app = Router::new()
+        let state = AppState { service, metrics };
+        let protected = Router::new()
             .route("/metrics", get(metrics_text))
-            .route(
-                "/api/health",
-                get(|| async { Json(json!({"status": "ok"})) }),
-            )
-            .route("/api/ready", get(ready))
             .route("/api/engines", get(engines))
             .route("/api/routing", get(routing))
             .route("/api/queries", get(queries))
@@ -78,7 +79,18 @@ impl HttpServer {
             .route("/api/table/{name}", get(table_detail))
             .route("/api/table_health", get(table_health))
             .route("/api/operations", get(operations))
-            .with_state(AppState { service, metrics });
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                require_operator,
+            ));
+        let app = Router::new()
+            .route(
+                "/api/health",
+                get(|| async { Json(json!({"status": "ok"})) }),
+            )
+            .route("/api/ready", get(ready))
+            .merge(protected)
+            .with_state(state);
         Ok(Self { listener, app })
     }
 
@@ -98,6 +110,51 @@ impl HttpServer {
         if let Err(e) = served {
             tracing::error!(%e, "http server stopped");
         }
+    }
+}
+
+/// Roles that may read the HTTP side when users are configured.
+const OPERATOR_ROLES: [&str; 2] = ["admin", "monitor"];
+
+/// Lets a request through when no users are configured, or when it proves a user with an
+/// operator role.
+async fn require_operator(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let auth = state.service.auth();
+    if !auth.required() {
+        return next.run(request).await;
+    }
+    let user = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| auth.http_user(v));
+    match user {
+        None => (
+            StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"lakegate\", charset=\"UTF-8\"",
+            )],
+            Json(json!({"error": "authentication required: HTTP basic auth of a user with role admin or monitor"})),
+        )
+            .into_response(),
+        Some(user)
+            if auth
+                .roles(&user)
+                .iter()
+                .any(|r| OPERATOR_ROLES.contains(&r.as_str())) =>
+        {
+            next.run(request).await
+        }
+        Some(user) => (
+            StatusCode::FORBIDDEN,
+            Json(json!({"error": format!("user \"{user}\" needs role admin or monitor")})),
+        )
+            .into_response(),
     }
 }
 

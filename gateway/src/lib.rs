@@ -45,6 +45,7 @@ pub mod history;
 pub mod http;
 pub mod limits;
 pub mod maintenance_tables;
+pub mod mask;
 pub mod metrics;
 pub mod output_names;
 pub mod profile;

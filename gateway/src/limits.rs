@@ -19,6 +19,14 @@ pub struct LimitsConfig {
     /// On shutdown, how long running queries may take to finish before the process exits.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: std::time::Duration,
+    /// Largest result (bytes of values) one statement may return; the stream then ends with
+    /// SQLSTATE 54000 (0: no limit). A routing group's `max_result_bytes` can lower it.
+    pub max_result_bytes: u64,
+    /// A session idle inside a transaction block for this long is closed (SQLSTATE 25P03),
+    /// as PostgreSQL's `idle_in_transaction_session_timeout` (0: never); a session may `SET`
+    /// its own.
+    #[serde(with = "humantime_serde")]
+    pub idle_in_transaction_timeout: std::time::Duration,
 }
 
 impl Default for LimitsConfig {
@@ -27,6 +35,8 @@ impl Default for LimitsConfig {
             max_connections: 1000,
             max_connections_per_user: 0,
             shutdown_grace: std::time::Duration::from_secs(30),
+            max_result_bytes: 0,
+            idle_in_transaction_timeout: std::time::Duration::ZERO,
         }
     }
 }

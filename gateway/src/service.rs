@@ -133,6 +133,10 @@ pub struct Security {
     pub auth: Arc<crate::auth::Auth>,
     /// Access rules.
     pub access: crate::access::Access,
+    /// Column masks.
+    pub masks: crate::mask::Masks,
+    /// `[limits] max_result_bytes` (0: none).
+    pub max_result_bytes: u64,
 }
 
 /// The gateway's query pipeline.
@@ -155,6 +159,8 @@ pub struct GatewayService {
     auth: Arc<crate::auth::Auth>,
     /// Who may read what.
     access: crate::access::Access,
+    masks: crate::mask::Masks,
+    max_result_bytes: u64,
 }
 
 /// A query's route: its versions, profile, the router's decision and the engines to try.
@@ -166,6 +172,9 @@ struct Routed {
     engines: Vec<EngineRef>,
     /// Why this list: `routed`, `pinned` (lakegate.engine) or `planner` (catalog/constants).
     how: &'static str,
+    /// The statement with this user's masked columns hashed (`None`: nothing it reads is
+    /// masked); what engines run and the cache keys.
+    masked: Option<Statement>,
 }
 
 impl Routed {
@@ -198,6 +207,8 @@ impl GatewayService {
             maintainer,
             auth: security.auth,
             access: security.access,
+            masks: security.masks,
+            max_result_bytes: security.max_result_bytes,
         }
     }
 
@@ -610,8 +621,12 @@ impl GatewayService {
         let resolved = self
             .resolve_refs(&refs, group.max_staleness, session.user())
             .await?;
+        let masks = self.masks_of(session.user());
+        let masked =
+            self.masks
+                .apply(statement, &masks, &resolved.pins, settings.default_schema())?;
         profile.scan_bytes = Some(
-            self.scan_estimate(statement, &resolved.pins, group.max_scan_bytes)
+            self.scan_estimate(statement, &resolved.pins, group.max_scan_bytes, &masks)
                 .await,
         );
         let estimate = profile.scan_bytes.unwrap_or(0);
@@ -657,25 +672,48 @@ impl GatewayService {
             decision,
             engines,
             how,
+            masked,
         })
+    }
+
+    /// The columns `user` sees hashed.
+    fn masks_of(&self, user: &str) -> crate::mask::Masked {
+        self.masks.for_user(user, &self.auth.roles(user))
     }
 
     /// The bytes a query scans: the pinned snapshots' data files, pruned by the WHERE of a
     /// single-table query when that can matter for routing (tables past the smallest size
     /// bucket; cached per table version and filter; planning is capped at 50 ms, else the
     /// unpruned size stands).
-    async fn scan_estimate(&self, statement: &Statement, pins: &Pins, cap: u64) -> u64 {
+    ///
+    /// Masked columns are left out of the pruning: a clear value the user cannot see must not
+    /// change what the estimate (and a guardrail's message) says.
+    async fn scan_estimate(
+        &self,
+        statement: &Statement,
+        pins: &Pins,
+        cap: u64,
+        masks: &crate::mask::Masked,
+    ) -> u64 {
         let total: u64 = pins.iter().map(|(_, t)| estimate::total_bytes(t)).sum();
         let mut tables = pins.iter();
-        let (Some((_, table)), None) = (tables.next(), tables.next()) else {
+        let (Some(((ns, name), table)), None) = (tables.next(), tables.next()) else {
             return total;
         };
         // Small tables cannot change the size bucket; prune them only against a scan cap.
         if crate::routing::stats::size_bucket(total) == 0 && (cap == 0 || total <= cap) {
             return total;
         }
+        let schema = table.table.metadata().current_schema();
+        let visible = match crate::mask::Masks::hidden(masks, ns, name) {
+            Some(hidden) => match crate::mask::without(schema, hidden) {
+                Some(visible) => Some(visible),
+                None => return total,
+            },
+            None => None,
+        };
         let Some(filter) = crate::profile::top_where(statement)
-            .and_then(|w| estimate::predicate(w, table.table.metadata().current_schema()))
+            .and_then(|w| estimate::predicate(w, visible.as_ref().unwrap_or(schema)))
         else {
             return total;
         };
@@ -811,8 +849,14 @@ impl GatewayService {
                 let names = output_names::apply(&mut statement);
                 let settings = self.engine_settings(session);
                 let resolved = self.resolve(&statement, &settings).await?;
+                let masked = self.masks.apply(
+                    &statement,
+                    &self.masks_of(session.user()),
+                    &resolved.pins,
+                    settings.default_schema(),
+                )?;
                 let mut described = self
-                    .plan_description(&statement, &resolved, &settings)
+                    .plan_description(masked.as_ref().unwrap_or(&statement), &resolved, &settings)
                     .await?;
                 if let Some(names) = names {
                     described.schema = output_names::rename_schema(&described.schema, &names);
@@ -936,6 +980,7 @@ impl GatewayService {
         pending.record.scan_bytes = routed.bytes();
         pending.record.group = routed.decision.group.name.clone();
         pending.observation = self.observation(statement, &routed, params);
+        let statement = routed.masked.as_ref().unwrap_or(statement);
         if self.cache.enabled()
             && routed.decision.group.cache
             && routed.resolved.system_tables.is_empty()
@@ -964,9 +1009,10 @@ impl GatewayService {
             match computed {
                 Ok(result) => {
                     pending.record.cache = if ran_here { "miss" } else { "hit" };
-                    return Ok(row_limited(
+                    return Ok(guarded(
                         batches_stream(result.schema.clone(), result.batches.clone()),
                         &routed.decision.group,
+                        self.max_result_bytes,
                     ));
                 }
                 Err(e) => match e.as_ref() {
@@ -986,7 +1032,11 @@ impl GatewayService {
             .execute_routed(&routed, statement, params, &settings, names.as_deref())
             .await?;
         pending.record.engine = engine;
-        Ok(row_limited(stream, &routed.decision.group))
+        Ok(guarded(
+            stream,
+            &routed.decision.group,
+            self.max_result_bytes,
+        ))
     }
 
     /// `EXPLAIN ROUTE <query>` (also `EXPLAIN (ROUTE) <query>`): the profile, the matched
@@ -1461,44 +1511,77 @@ async fn first_batch(mut stream: SendableRecordBatchStream) -> Result<SendableRe
 
 /// Reports the query's latency (to the last batch) or failure to the router, and holds the
 /// group slot until the stream ends or is dropped.
-/// Ends `stream` with an error once it passes the group's `max_rows` guardrail.
-fn row_limited(
+/// Ends `stream` with an error (54000) once it passes the group's `max_rows` or the result
+/// byte limit (`max_result_bytes` of the group or `[limits]`, the smaller): the client gets
+/// the rows before the limit, then the error; the connection stays usable.
+fn guarded(
     stream: SendableRecordBatchStream,
     group: &crate::routing::rules::GroupSpec,
+    max_result_bytes: u64,
 ) -> SendableRecordBatchStream {
-    if group.max_rows == 0 {
+    let bytes_limit = match (group.max_result_bytes, max_result_bytes) {
+        (0, global) => global,
+        (mine, 0) => mine,
+        (mine, global) => mine.min(global),
+    };
+    if group.max_rows == 0 && bytes_limit == 0 {
         return stream;
     }
-    let (limit, name) = (group.max_rows, group.name.clone());
+    let (rows_limit, name) = (group.max_rows, group.name.clone());
     let schema = stream.schema();
-    let limited = futures::stream::unfold((stream, 0u64, false), move |(mut s, seen, done)| {
-        let name = name.clone();
-        async move {
-            if done {
-                return None;
-            }
-            match s.next().await {
-                Some(Ok(b)) if seen + b.num_rows() as u64 > limit => {
-                    let e = lakegate_engines::Error::Engine {
-                        engine: "lakegate".into(),
-                        kind: lakegate_engines::ErrorKind::LimitExceeded,
-                        message: format!(
-                            "the result passed routing group \"{name}\"'s max_rows ({limit}): \
-                             add a LIMIT, a filter or an aggregate"
-                        ),
-                    };
-                    Some((Err(e.into_datafusion()), (s, seen, true)))
-                }
-                Some(Ok(b)) => {
-                    let n = seen + b.num_rows() as u64;
-                    Some((Ok(b), (s, n, false)))
-                }
-                Some(Err(e)) => Some((Err(e), (s, seen, true))),
-                None => None,
-            }
+    let exceeded = move |what: String| {
+        lakegate_engines::Error::Engine {
+            engine: "lakegate".into(),
+            kind: lakegate_engines::ErrorKind::LimitExceeded,
+            message: what,
         }
-    });
+        .into_datafusion()
+    };
+    let limited = futures::stream::unfold(
+        (stream, 0u64, 0u64, false),
+        move |(mut s, rows, bytes, done)| {
+            let name = name.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                match s.next().await {
+                    Some(Ok(b)) => {
+                        let rows = rows + b.num_rows() as u64;
+                        let bytes = bytes + batch_bytes(&b);
+                        if rows_limit > 0 && rows > rows_limit {
+                            let e = exceeded(format!(
+                                "the result passed routing group \"{name}\"'s max_rows \
+                                 ({rows_limit}): add a LIMIT, a filter or an aggregate"
+                            ));
+                            Some((Err(e), (s, rows, bytes, true)))
+                        } else if bytes_limit > 0 && bytes > bytes_limit {
+                            let e = exceeded(format!(
+                                "the result passed the max_result_bytes limit ({}) of routing \
+                                 group \"{name}\": select fewer columns or rows, or aggregate",
+                                lakegate_maintenance::maintainer::human_bytes(bytes_limit)
+                            ));
+                            Some((Err(e), (s, rows, bytes, true)))
+                        } else {
+                            Some((Ok(b), (s, rows, bytes, false)))
+                        }
+                    }
+                    Some(Err(e)) => Some((Err(e), (s, rows, bytes, true))),
+                    None => None,
+                }
+            }
+        },
+    );
     Box::pin(RecordBatchStreamAdapter::new(schema, limited))
+}
+
+/// The bytes of a batch's values (slices count only what they cover).
+fn batch_bytes(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+        .sum()
 }
 
 fn track(

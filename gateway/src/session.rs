@@ -286,6 +286,15 @@ impl Session {
         (ms > 0).then(|| std::time::Duration::from_millis(ms))
     }
 
+    /// `idle_in_transaction_session_timeout`, when set (not 0).
+    pub fn idle_in_transaction_timeout(&self) -> Option<std::time::Duration> {
+        let ms = self
+            .values
+            .get("idle_in_transaction_session_timeout")
+            .and_then(|v| parse_millis(v))?;
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
+    }
+
     /// The settings an engine needs.
     pub fn engine_settings(&self) -> Settings {
         let search_path: Vec<String> = self

@@ -1,6 +1,7 @@
-//! TLS for the Postgres endpoint: a rustls acceptor (SSLRequest and PostgreSQL 17's direct
-//! SSL, ALPN `postgresql`) whose certificate and key are re-read from their files when they
-//! change, so a renewed certificate is served without a restart.
+//! TLS for the Postgres endpoint (SSLRequest and PostgreSQL 17's direct SSL, ALPN
+//! `postgresql`) and the Flight SQL endpoint (gRPC over TLS, ALPN `h2`): rustls acceptors whose
+//! certificate and key are re-read from their files when they change, so a renewed
+//! certificate is served without a restart.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use tokio_rustls::rustls::{self, ServerConfig};
 use crate::error::{Error, Result};
 
 /// `[tls]`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// PEM certificate chain (empty: no TLS).
@@ -27,6 +28,29 @@ pub struct TlsConfig {
     pub key: String,
     /// Refuse pgwire clients that do not use TLS.
     pub require: bool,
+    /// Serve Flight SQL over TLS too (`grpc+tls://`), the only way it is then served
+    /// (default true when a certificate is configured).
+    pub flight: bool,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self {
+            cert: String::new(),
+            key: String::new(),
+            require: false,
+            flight: true,
+        }
+    }
+}
+
+/// The application protocol an acceptor negotiates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alpn {
+    /// PostgreSQL 17 direct SSL asks for `postgresql`.
+    Postgres,
+    /// gRPC runs on HTTP/2: `h2`.
+    Http2,
 }
 
 /// How often the files' modification times are checked.
@@ -101,11 +125,15 @@ impl ResolvesServerCert for Reloading {
     }
 }
 
-/// The acceptor for `config`, or `None` when no certificate is configured.
+/// The acceptor for `config` speaking `alpn`, or `None` when no certificate is configured
+/// (or, for Flight SQL, when `tls.flight` is off).
 ///
 /// # Errors
 /// Unreadable or invalid certificate or key files; `require` without a certificate.
-pub fn acceptor(config: &TlsConfig) -> Result<Option<TlsAcceptor>> {
+pub fn acceptor(config: &TlsConfig, alpn: Alpn) -> Result<Option<TlsAcceptor>> {
+    if alpn == Alpn::Http2 && !config.flight {
+        return Ok(None);
+    }
     if config.cert.is_empty() {
         if config.require {
             return Err(Error::Config {
@@ -136,7 +164,9 @@ pub fn acceptor(config: &TlsConfig) -> Result<Option<TlsAcceptor>> {
         })?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
-    // PostgreSQL 17 clients negotiating TLS directly ask for this protocol.
-    server.alpn_protocols = vec![b"postgresql".to_vec()];
+    server.alpn_protocols = vec![match alpn {
+        Alpn::Postgres => b"postgresql".to_vec(),
+        Alpn::Http2 => b"h2".to_vec(),
+    }];
     Ok(Some(TlsAcceptor::from(Arc::new(server))))
 }

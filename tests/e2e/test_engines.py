@@ -150,3 +150,24 @@ def test_engine_errors_keep_their_sqlstate(estate):
                 conn.execute("SELECT no_such_column FROM typed")
             with pytest.raises(psycopg.errors.UndefinedTable):
                 conn.execute("SELECT * FROM no_such_table")
+
+
+def test_masked_columns_hash_alike_on_every_engine(estate):
+    """A `[[mask]]` for one user: each engine runs the masked statement (Trino through its own
+    md5 spelling) and every one returns PostgreSQL's md5 hex of the clear value."""
+    import hashlib
+    gw = estate.lakegate('[cache]\nenabled = false\n[[mask]]\nusers = ["masked"]\n'
+                         'columns = ["public.customers.name", "public.customers.id"]\n')
+    clear = sorted(estate.catalog.load_table("public.customers").scan().to_arrow().to_pylist(),
+                   key=lambda r: r["id"])
+    md5 = lambda v: hashlib.md5(str(v).encode()).hexdigest()  # noqa: E731
+    want = [(md5(r["id"]), md5(r["name"]), r["country"]) for r in clear]
+    for engine in ENGINES:
+        dsn = (f"host=127.0.0.1 port={gw.port} user=masked dbname=lakegate "
+               f"options='-c lakegate.engine={engine}'")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            got = conn.execute("SELECT id, name, country FROM customers ORDER BY country, name")
+            assert sorted(got.fetchall()) == sorted(want), engine
+            used = conn.execute("SELECT engine FROM lakegate.queries WHERE query NOT LIKE "
+                                "'%lakegate.queries%' ORDER BY query_id DESC LIMIT 1").fetchone()
+            assert used == (engine,), (engine, used)

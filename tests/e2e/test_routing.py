@@ -388,6 +388,43 @@ def pin(estate, engine: str) -> psycopg.Connection:
                            options=f"-c lakegate.engine={engine}")
 
 
+def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_comes_back(engine_estate):
+    """Trino dies while a client is reading a large result: the client gets an error (not a
+    hang, not a silently short result) within seconds, the connection and the gateway keep
+    working, and once Trino is back the same session reads from it again."""
+    sql = ("SELECT a.id, b.id AS other, a.note FROM typed a CROSS JOIN typed b "
+           "CROSS JOIN (SELECT 1 FROM typed LIMIT 40) c")  # 10 M rows: never buffered whole
+    with pin(engine_estate, "trino") as conn:
+        got = 0
+        started = None
+        with pytest.raises(psycopg.Error) as failed:
+            with conn.cursor() as cur:
+                for _ in cur.stream(sql):
+                    got += 1
+                    if got == 1000:
+                        os.kill(engine_estate.pid("trino"), signal.SIGKILL)
+                        started = time.monotonic()
+        elapsed = time.monotonic() - started
+        assert 1000 <= got < 10_000_000
+        assert elapsed < 15, f"the stream took {elapsed:.1f}s to fail"
+        assert "trino" in str(failed.value).lower(), str(failed.value)
+        # The session survives; other engines answer on it.
+        conn.execute("SET lakegate.engine = 'duckdb'")
+        assert conn.execute("SELECT count(*) FROM typed").fetchone() == (500,)
+        engine_estate.restart("trino")
+        conn.execute("SET lakegate.engine = 'trino'")
+        deadline = time.time() + 60
+        while True:
+            try:
+                assert conn.execute("SELECT count(*) FROM typed").fetchone() == (500,)
+                break
+            except psycopg.Error:
+                assert time.time() < deadline, "trino never answered again"
+                time.sleep(1)
+    with pin(engine_estate, "datafusion") as other:
+        assert other.execute("SELECT 1").fetchone() == (1,)
+
+
 @pytest.mark.parametrize("engine", ["trino", "spark"])
 def test_a_killed_pinned_engine_fails_fast_and_the_rest_keeps_serving(engine_estate, engine):
     os.kill(engine_estate.pid(engine), signal.SIGKILL)

@@ -5,9 +5,12 @@ pyarrow.flight), a forged and an expired token refused."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -40,6 +43,10 @@ password = "{hashed('correct horse')}"
 [[auth.users]]
 name = "bob"
 password = "{hashed('battery staple')}"
+[[auth.users]]
+name = "ops"
+password = "{hashed('ops-pass')}"
+roles = ["monitor"]
 """)
     assert "correct horse" not in cfg.read_text()
     gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
@@ -52,8 +59,26 @@ def dsn(gw, user: str, password: str) -> str:
     return f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} password='{password}'"
 
 
+def http_get(url: str, user: str | None = None, password: str = "",
+             bearer: str | None = None) -> tuple[int, dict, bytes]:
+    """(status, headers, body) of a GET, with basic auth or a bearer token when given."""
+    request = urllib.request.Request(url)
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    if bearer is not None:
+        request.add_header("Authorization", f"Bearer {bearer}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
 def failures(gw) -> float:
-    text = urllib.request.urlopen(f"{gw.http}/metrics").read().decode()
+    status, _, body = http_get(f"{gw.http}/metrics", "ops", "ops-pass")
+    assert status == 200, status
+    text = body.decode()
     line = next(l for l in text.splitlines() if l.startswith("lakegate_auth_failures_total "))
     return float(line.split()[1])
 
@@ -206,6 +231,19 @@ password = "{hashed('correct horse')}"
         assert "requires TLS" in str(e.value)
         with pytest.raises(psycopg.OperationalError):
             psycopg.connect(f"{base} sslmode=verify-full sslrootcert={ca2}")
+        # Flight SQL is served over TLS too (and only so), checked against the same CA.
+        flight_tls = {"username": "alice", "password": "correct horse",
+                      "adbc.flight.sql.client_option.tls_root_certs": ca1.read_text()}
+        with flight_sql.connect(f"grpc+tls://localhost:{gw.flight_port}",
+                                db_kwargs=flight_tls) as fc, fc.cursor() as cur:
+            cur.execute("SELECT count(*) FROM orders")
+            assert cur.fetchone()[0] > 0
+        with pytest.raises(Exception):
+            with flight_sql.connect(f"grpc://localhost:{gw.flight_port}",
+                                    db_kwargs={"username": "alice",
+                                               "password": "correct horse"}) as fc:
+                with fc.cursor() as cur:
+                    cur.execute("SELECT 1")
         # A renewed certificate (from another CA) is served without a restart.
         make_server_cert(tmp_path, "ca2", "renewed")
         os.replace(tmp_path / "renewed.key", tmp_path / "server.key")
@@ -421,3 +459,126 @@ def test_a_malformed_message_ends_only_its_own_connection(gateway):
         assert s.recv(4096) == b""  # that connection is closed...
     with psycopg.connect(gateway.dsn, autocommit=True) as conn:  # ...the gateway serves on
         assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0
+
+
+def test_the_http_api_and_console_need_an_operator_when_users_are_configured(secured):
+    base = secured.http
+    # Liveness and readiness stay open for load balancers.
+    assert http_get(f"{base}/api/health")[0] == 200
+    assert http_get(f"{base}/api/ready")[0] == 200
+    for path in ["/metrics", "/api/queries", "/api/table_health", "/"]:
+        status, headers, _ = http_get(base + path)
+        assert status == 401, (path, status)
+        assert headers.get("www-authenticate", "").startswith("Basic realm="), headers
+        assert http_get(base + path, "ops", "wrong")[0] == 401
+        status, _, body = http_get(base + path, "alice", "correct horse")  # no operator role
+        assert status == 403 and b"admin or monitor" in body, (path, status, body)
+        assert http_get(base + path, "ops", "ops-pass")[0] == 200, path
+    # A Flight SQL bearer token of an operator works too.
+    client = fl.FlightClient(f"grpc://127.0.0.1:{secured.flight_port}")
+    _, value = client.authenticate_basic_token("ops", "ops-pass")
+    token = value.decode().split(" ", 1)[1]
+    assert http_get(f"{base}/api/cache", bearer=token)[0] == 200
+    assert http_get(f"{base}/api/cache", bearer="forged")[0] == 401
+    # The CLI takes the operator in the URL, and says what to do without one.
+    host = base.removeprefix("http://")
+    ok = subprocess.run([lakegate_bin(), "status", "--http", f"http://ops:ops-pass@{host}"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run([lakegate_bin(), "status", "--http", base],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0 and "role admin or monitor" in refused.stderr, refused.stderr
+
+
+def test_masked_columns_are_hashed_for_the_masked_role_everywhere_in_the_query(lake_dir, tmp_path):
+    cfg = tmp_path / "mask.toml"
+    cfg.write_text(f"""
+[auth]
+mask_salt = "pepper"
+[[auth.users]]
+name = "alice"
+password = "{hashed('a-pass')}"
+roles = ["analyst"]
+[[auth.users]]
+name = "bot"
+password = "{hashed('b-pass')}"
+roles = ["agent"]
+[[mask]]
+roles = ["agent"]
+columns = ["public.customers.name"]
+""")
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    try:
+        def conn(user, password):
+            return psycopg.connect(f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} "
+                                   f"password={password}", autocommit=True)
+        md5 = lambda v: hashlib.md5(f"pepper{v}".encode()).hexdigest()  # noqa: E731
+        sql = "SELECT customer_id, name, segment FROM customers ORDER BY customer_id LIMIT 3"
+        with conn("alice", "a-pass") as a, conn("bot", "b-pass") as b:
+            clear = a.execute(sql).fetchall()
+            assert clear[0] == (1, "customer 1", "smb"), clear
+            masked = b.execute(sql).fetchall()
+            assert masked == [(i, md5(n), s) for i, n, s in clear], masked
+            # SELECT * and the extended protocol (Parse/Describe with a parameter) too.
+            star = b.execute("SELECT * FROM customers WHERE customer_id = %s", [2]).fetchall()
+            assert star == [(2, md5("customer 2"), "smb")], star
+            # The clear value matches nothing: a filter cannot probe it.
+            probe = "SELECT count(*) FROM customers WHERE name = 'customer 1'"
+            assert a.execute(probe).fetchone() == (1,)
+            assert b.execute(probe).fetchone() == (0,)
+            # Hashes are stable: joins and distinct counts still work.
+            join = ("SELECT count(DISTINCT c.name) FROM customers c "
+                    "JOIN orders o ON o.customer_id = c.customer_id")
+            assert b.execute(join).fetchone() == a.execute(join).fetchone()
+            # The same hashes from DuckDB (its own md5).
+            b.execute("SET lakegate.engine = 'duckdb'")
+            assert b.execute(sql).fetchall() == masked
+            # Bot's answer is not alice's cached one, nor the reverse.
+            assert a.execute(sql).fetchall() == clear
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)
+
+
+def test_result_bytes_and_idle_in_transaction_limits(lake_dir, tmp_path):
+    cfg = tmp_path / "limits.toml"
+    cfg.write_text('[limits]\nmax_result_bytes = 50000000\nidle_in_transaction_timeout = "1s"\n')
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded) as e:
+                conn.execute("SELECT repeat('x', 1000) FROM range(100000)").fetchall()  # 100 MB
+            assert "max_result_bytes" in str(e.value) and e.value.sqlstate == "54000"
+            assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0
+            # Outside a transaction, idling is fine.
+            time.sleep(1.6)
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        # psycopg's default opens a transaction with the first statement.
+        idle = psycopg.connect(gw.dsn)
+        assert idle.execute("SELECT 1").fetchone() == (1,)
+        assert idle.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        time.sleep(2)
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout) as e:
+            idle.execute("SELECT 1")
+        assert e.value.sqlstate == "25P03" and "idle-in-transaction timeout" in str(e.value)
+        assert idle.closed
+        # A session may turn it off for itself (as in PostgreSQL).
+        with psycopg.connect(gw.dsn) as own:
+            own.execute("SET idle_in_transaction_session_timeout = 0")
+            own.execute("SELECT 1")
+            time.sleep(1.6)
+            assert own.execute("SELECT 2").fetchone() == (2,)
+            own.rollback()
+        # A slow reader is not idle: 20 MB (more than socket buffers hold) read with a pause
+        # longer than the timeout after the first row completes.
+        with psycopg.connect(gw.dsn) as slow, slow.cursor() as cur:
+            got = 0
+            for _ in cur.stream("SELECT repeat('x', 1000) FROM range(20000)"):
+                got += 1
+                if got == 1:
+                    time.sleep(1.5)
+            assert got == 20000
+            slow.rollback()
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

@@ -42,7 +42,7 @@ use prost::Message;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{Error, Result};
 use crate::service::{GatewayService, QueryOutput};
@@ -52,6 +52,7 @@ use crate::session::Session;
 pub struct FlightServer {
     listener: tokio::net::TcpListener,
     service: FlightSqlFrontend,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl FlightServer {
@@ -67,7 +68,17 @@ impl FlightServer {
                 addr: addr.to_string(),
                 source,
             })?;
-        Ok(Self { listener, service })
+        Ok(Self {
+            listener,
+            service,
+            tls: None,
+        })
+    }
+
+    /// Serves gRPC over TLS (ALPN h2) with `acceptor`, only that, when one is given.
+    pub fn with_tls(mut self, acceptor: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        self.tls = acceptor;
+        self
     }
 
     /// The address actually bound.
@@ -80,21 +91,122 @@ impl FlightServer {
 
     /// Serves until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
-        let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
         let auth = self.service.service.auth().clone();
-        let served = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .layer(tower::layer::layer_fn(move |inner| AuthGate {
                 inner,
                 auth: auth.clone(),
             }))
-            .add_service(FlightServiceServer::new(self.service))
-            .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
-            .await;
+            .add_service(FlightServiceServer::new(self.service));
+        let served = match self.tls {
+            None => {
+                let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
+                router
+                    .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+                    .await
+            }
+            Some(acceptor) => {
+                let incoming = tls_incoming(self.listener, acceptor, shutdown.clone());
+                router
+                    .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+                    .await
+            }
+        };
         match served {
             Ok(()) => info!("flight endpoint stopped"),
             Err(e) => warn!(error = %e, "flight endpoint failed"),
         }
     }
+}
+
+/// A TLS connection for tonic (which serves any stream that can tell its peer).
+struct TlsConn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Accepted connections after their TLS handshake (each handshake runs in its own task with
+/// a 10 s limit, so a slow or silent client delays nobody else).
+fn tls_incoming(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    shutdown: CancellationToken,
+) -> impl futures::Stream<Item = std::io::Result<TlsConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<TlsConn>(64);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = shutdown.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (socket, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    warn!(error = %e, "flight accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = socket.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                let handshake = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    acceptor.accept(socket),
+                )
+                .await;
+                match handshake {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(TlsConn(tls)).await;
+                    }
+                    Ok(Err(e)) => debug!(%peer, error = %e, "flight TLS handshake failed"),
+                    Err(_) => debug!(%peer, "flight TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|conn| (Ok(conn), rx))
+    })
 }
 
 /// Set by [`AuthGate`] to the authenticated user (a client's own value is removed).

@@ -53,6 +53,9 @@ pub struct GroupSpec {
     /// Guardrail: end a query that returns more than this many rows (0: no limit).
     #[serde(default)]
     pub max_rows: u64,
+    /// Guardrail: end a query whose result passes this many bytes (0: `[limits]`'s).
+    #[serde(default)]
+    pub max_result_bytes: u64,
 }
 
 fn default_concurrency() -> usize {
@@ -185,6 +188,7 @@ impl RoutingTable {
             selectable: true,
             max_scan_bytes: 0,
             max_rows: 0,
+            max_result_bytes: 0,
         };
         Self {
             groups: BTreeMap::from([("default".to_string(), group)]),

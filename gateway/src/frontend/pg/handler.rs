@@ -6,6 +6,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::{Sink, SinkExt, StreamExt};
 use lakegate_engines::ErrorKind;
@@ -37,6 +38,7 @@ use tracing::debug;
 
 use super::cancel::{Cancels, PgCancel, QueryCancel};
 use super::encode::{fields, format_options, query_response};
+use super::idle::{Activity, Busy};
 use super::sqlstate::sqlstate;
 use crate::error::Error;
 use crate::service::{GatewayService, QueryOutput, TransactionEffect};
@@ -98,6 +100,7 @@ impl PgHandlers {
         let connections = Arc::new(ConnectionManager::new());
         let cancels = Arc::new(Cancels::default());
         let auth = service.auth().clone();
+        let idle_in_transaction = limits.idle_in_transaction_timeout;
         Self {
             auth,
             limits: Arc::new(crate::limits::ConnectionLimits::new(limits)),
@@ -110,6 +113,7 @@ impl PgHandlers {
                 connections: connections.clone(),
                 cancels: cancels.clone(),
                 default_schema,
+                idle_in_transaction,
             }),
             cancel: Arc::new(PgCancel {
                 cancels,
@@ -135,11 +139,58 @@ impl PgWireServerHandlers for PgHandlers {
             self.auth.clone(),
             self.limits.clone(),
             self.require_tls,
+            None,
         ))
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         self.cancel.clone()
+    }
+
+    fn error_handler(&self) -> Arc<impl ErrorHandler> {
+        Arc::new(LogErrors)
+    }
+}
+
+/// One connection's handlers: the shared ones, with a startup that registers the
+/// connection's [`Activity`] (watched for the idle-in-transaction timeout).
+pub struct ConnHandlers {
+    shared: Arc<PgHandlers>,
+    activity: Arc<Activity>,
+}
+
+impl PgHandlers {
+    /// The handlers for one connection whose activity `activity` tracks.
+    pub fn for_connection(self: &Arc<Self>, activity: Arc<Activity>) -> ConnHandlers {
+        ConnHandlers {
+            shared: self.clone(),
+            activity,
+        }
+    }
+}
+
+impl PgWireServerHandlers for ConnHandlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.shared.query.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.shared.query.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        let s = &self.shared;
+        Arc::new(ConnStartup::new(
+            s.startup.clone(),
+            s.auth.clone(),
+            s.limits.clone(),
+            s.require_tls,
+            Some(self.activity.clone()),
+        ))
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.shared.cancel.clone()
     }
 
     fn error_handler(&self) -> Arc<impl ErrorHandler> {
@@ -163,6 +214,8 @@ pub struct ConnStartup {
     limits: Arc<crate::limits::ConnectionLimits>,
     require_tls: bool,
     scram: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
+    /// The connection's activity, watched for the idle-in-transaction timeout.
+    activity: Option<Arc<Activity>>,
 }
 
 impl ConnStartup {
@@ -171,6 +224,7 @@ impl ConnStartup {
         auth: Arc<crate::auth::Auth>,
         limits: Arc<crate::limits::ConnectionLimits>,
         require_tls: bool,
+        activity: Option<Arc<Activity>>,
     ) -> Self {
         let scram = auth.required().then(|| {
             let mut scram = ScramAuth::new(auth.clone());
@@ -185,6 +239,7 @@ impl ConnStartup {
             limits,
             require_tls,
             scram,
+            activity,
         }
     }
 }
@@ -221,6 +276,10 @@ impl StartupHandler for ConnStartup {
                 )))
             })?;
             client.session_extensions().insert(slot);
+            if let Some(activity) = &self.activity {
+                activity.set_tls(client.is_secure());
+                client.session_extensions().insert(activity.clone());
+            }
         }
         let Some(scram) = &self.scram else {
             return self.session.on_startup(client, message).await;
@@ -253,6 +312,8 @@ pub struct PgStartup {
     connections: Arc<ConnectionManager>,
     cancels: Arc<Cancels>,
     default_schema: String,
+    /// `[limits] idle_in_transaction_timeout`: each session's starting value.
+    idle_in_transaction: std::time::Duration,
 }
 
 /// Startup parameters that are connection facts, not settings.
@@ -311,11 +372,17 @@ impl PgStartup {
             .get("user")
             .cloned()
             .unwrap_or_else(|| "lakegate".into());
-        let mut startup: Vec<(String, String)> = metadata
-            .iter()
-            .filter(|(k, _)| !NOT_SETTINGS.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // The server's default first: the client's own parameters override it.
+        let mut startup: Vec<(String, String)> = vec![(
+            "idle_in_transaction_session_timeout".into(),
+            self.idle_in_transaction.as_millis().to_string(),
+        )];
+        startup.extend(
+            metadata
+                .iter()
+                .filter(|(k, _)| !NOT_SETTINGS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
         if let Some(options) = metadata.get("options") {
             startup.extend(parse_options(options));
         }
@@ -497,12 +564,48 @@ pub struct PgQueryHandler {
 
 impl PgQueryHandler {
     /// Runs one statement and turns its output into a pgwire response.
+    /// Runs one statement, keeping the connection's [`Activity`] current: busy while it runs
+    /// and its rows stream, then whether a transaction block is open and the session's
+    /// idle-in-transaction timeout.
     async fn run<C>(
         &self,
         client: &mut C,
         statement: &Statement,
         params: Option<&datafusion::common::ParamValues>,
         format: &Format,
+    ) -> Result<Response, Error>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let activity = client.session_extensions().get::<Arc<Activity>>();
+        let busy = activity.as_ref().map(|a| a.begin());
+        let result = self
+            .run_statement(client, statement, params, format, busy)
+            .await;
+        if let Some(activity) = activity {
+            let opened = match &result {
+                Ok(Response::TransactionStart(_)) => Some(true),
+                Ok(Response::TransactionEnd(_)) => Some(false),
+                _ => None,
+            };
+            let timeout = session_of(client)
+                .lock()
+                .await
+                .idle_in_transaction_timeout();
+            activity.set(opened, timeout);
+        }
+        result
+    }
+
+    async fn run_statement<C>(
+        &self,
+        client: &mut C,
+        statement: &Statement,
+        params: Option<&datafusion::common::ParamValues>,
+        format: &Format,
+        busy: Option<Busy>,
     ) -> Result<Response, Error>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -542,6 +645,15 @@ impl PgQueryHandler {
         };
         match output {
             QueryOutput::Rows { stream, tag } => {
+                // The session is busy until the last row is sent.
+                let schema = stream.schema();
+                let stream = Box::pin(RecordBatchStreamAdapter::new(
+                    schema,
+                    stream.map(move |batch| {
+                        let _held = &busy;
+                        batch
+                    }),
+                ));
                 let response = query_response(
                     stream,
                     tag,

@@ -3,6 +3,7 @@
 mod cancel;
 mod encode;
 pub mod handler;
+pub mod idle;
 mod sqlstate;
 
 use std::net::SocketAddr;
@@ -71,9 +72,18 @@ impl PgServer {
                 Ok((socket, peer)) => {
                     // Small request/response messages: never wait for Nagle.
                     let _ = socket.set_nodelay(true);
-                    let handlers = self.handlers.clone();
+                    let activity = Arc::new(idle::Activity::default());
+                    let handlers = self.handlers.for_connection(activity.clone());
                     let tls = self.tls.clone();
+                    // A second descriptor of the socket, for the idle-in-transaction watchdog.
+                    // Aborted when the connection task ends, even by a panic: the duplicate
+                    // descriptor must not keep a dead connection's socket open.
+                    let watchdog = std::os::fd::AsFd::as_fd(&socket)
+                        .try_clone_to_owned()
+                        .ok()
+                        .map(|fd| AbortOnDrop(tokio::spawn(idle::watch(activity, fd.into()))));
                     tokio::spawn(async move {
+                        let _watchdog = watchdog;
                         if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                             warn!(%peer, error = %e, "pg connection ended with an error");
                         }
@@ -85,5 +95,14 @@ impl PgServer {
                 }
             }
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
