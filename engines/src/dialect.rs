@@ -59,6 +59,14 @@ pub fn render(
             what: format!("statements containing the identifier prefix {MARKER}"),
         });
     }
+    if !prints_faithfully(statement, &original) {
+        return Err(Error::Unsupported {
+            what: "passing this statement to another engine as SQL text: a quoted string or \
+                   name in it (two quotes in a row, or a backslash before a quote) does not \
+                   print back as written; it runs on datafusion"
+                .into(),
+        });
+    }
     let mut statement = statement.clone();
     let ctes = cte_names(&mut statement);
     let mut rewriter = Rewriter {
@@ -84,6 +92,23 @@ pub fn render(
         sql = sql.replacen(marker.as_str(), text, 1);
     }
     Ok(sql)
+}
+
+/// Whether `text` (the statement as sqlparser prints it) parses back to the same statement.
+///
+/// Engines other than DataFusion receive the statement as text, so printing must be lossless:
+/// sqlparser 0.61 prints a string or quoted name whose value holds two quotes in a row, or a
+/// backslash before a quote, without escaping them, so the text can mean something else — a
+/// string that swallows the SQL after it and ends inside a later one, i.e. a different query
+/// than the one the access check saw. Such statements are refused here; the same statement
+/// then runs on DataFusion, which takes the parsed statement itself.
+fn prints_faithfully(statement: &ast::Statement, text: &str) -> bool {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    matches!(
+        Parser::parse_sql(&PostgreSqlDialect {}, text).as_deref(),
+        Ok([again]) if again == statement
+    )
 }
 
 /// What every non-planner engine starts from: the schema the planner promised and the
@@ -625,6 +650,33 @@ mod tests {
         );
         let duck = render_plain("SELECT md5(e) FROM x", Dialect::DuckDb);
         assert_eq!(duck, "SELECT md5(e) FROM x");
+    }
+
+    #[test]
+    fn a_literal_that_does_not_print_back_is_refused_not_injected() {
+        // `'x\'''` is the three characters x, backslash, quote; sqlparser prints it as
+        // `'x\''`, a string that runs on into the next literal: the engine would read
+        // `forbidden`, a table the statement the gateway checked never names.
+        let sneaky = parse(
+            r"SELECT 'x\''' AS a, ' UNION SELECT * FROM forbidden UNION SELECT ''' AS b FROM allowed",
+        );
+        let printed = sneaky.to_string();
+        assert!(printed.contains(r"'x\''"), "{printed}");
+        for dialect in [
+            Dialect::DuckDb,
+            Dialect::Trino { catalog: "lake" },
+            Dialect::Spark { catalog: "lake" },
+        ] {
+            let e =
+                render(&sneaky, None, &Pins::default(), "public", dialect).expect_err("refused");
+            assert!(e.to_string().contains("does not print back"), "{e}");
+        }
+        // Ordinary quotes inside strings and names still pass.
+        let sql = render_plain(
+            r#"SELECT 'O''Brien' AS "say ""hi""" FROM t"#,
+            Dialect::Trino { catalog: "lake" },
+        );
+        assert!(sql.contains("'O''Brien'"), "{sql}");
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub enum ErrorKind {
     InsufficientPrivilege,
     /// A guardrail refused or ended the statement (scan cap, row limit; SQLSTATE 54000).
     LimitExceeded,
+    /// The statement nests deeper than the parser may be given (SQLSTATE 54001).
+    TooComplex,
     /// A failure inside lakegate or an engine that the client cannot fix.
     Internal,
 }

@@ -30,11 +30,8 @@ pub fn version_string() -> String {
     )
 }
 
-/// Schemas every database has besides the lake's namespaces.
-pub const SYSTEM_SCHEMAS: [&str; 3] = ["pg_catalog", "information_schema", LAKEGATE_SCHEMA];
-
-/// The schema of lakegate's own tables (`lakegate.cache_stats`, ...).
-pub const LAKEGATE_SCHEMA: &str = "lakegate";
+/// Schemas every database has besides the lake's namespaces, and lakegate's own schema.
+pub use lakegate_sql::classify::{LAKEGATE_SCHEMA, SYSTEM_SCHEMAS};
 
 /// The lake as `datafusion-pg-catalog` sees it: one database whose schemas are namespaces.
 #[derive(Debug, Clone)]

@@ -167,7 +167,9 @@ impl ResultCache {
         settings: &Settings,
     ) -> u64 {
         let mut h = DefaultHasher::new();
-        statement.to_string().hash(&mut h);
+        // The statement itself, not its text: sqlparser prints some distinct string literals
+        // alike (see lakegate_engines::dialect), and they must not share an answer.
+        statement.hash(&mut h);
         format!("{params:?}").hash(&mut h);
         settings.user.hash(&mut h);
         settings.time_zone.hash(&mut h);

@@ -128,6 +128,20 @@ pub enum Error {
     /// The maintenance loop failed (catalog, storage).
     #[error("maintenance: {0}")]
     Maintenance(#[from] lakegate_maintenance::Error),
+    /// The classifier refused the statement (a malformed table name).
+    #[error("{0}")]
+    Classify(#[from] lakegate_sql::Error),
+    /// Calls nested deeper than `limits.max_call_nesting` (refused before parsing).
+    #[error(
+        "statement too complex: calls or subqueries nested {depth} deep, more than \
+         limits.max_call_nesting ({limit}); the SQL parser's time doubles with each level"
+    )]
+    TooComplex {
+        /// How deep the statement nests.
+        depth: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A `lakegate.<name>` table that does not exist.
     #[error("relation \"lakegate.{name}\" does not exist")]
     UnknownSystemTable {
@@ -147,7 +161,10 @@ impl Error {
                 ErrorKind::InvalidParameter
             }
             Self::Bind { .. } => ErrorKind::Unavailable,
-            Self::Syntax { .. } => ErrorKind::Syntax,
+            Self::Syntax { .. } | Self::Classify(lakegate_sql::Error::TableName { .. }) => {
+                ErrorKind::Syntax
+            }
+            Self::Classify(lakegate_sql::Error::Mask { .. }) => ErrorKind::Unsupported,
             Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::UnknownSetting { .. } => ErrorKind::UndefinedObject,
             Self::ReadOnlySetting { .. } => ErrorKind::CantChangeSetting,
@@ -165,6 +182,7 @@ impl Error {
             Self::TooManyQueries { .. } => ErrorKind::TooManyQueries,
             Self::PermissionDenied { .. } => ErrorKind::InsufficientPrivilege,
             Self::Guardrail { .. } => ErrorKind::LimitExceeded,
+            Self::TooComplex { .. } => ErrorKind::TooComplex,
         }
     }
 }

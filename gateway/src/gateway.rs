@@ -104,6 +104,7 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             access: crate::access::Access::new(config.access.clone())?,
             masks: crate::mask::Masks::new(config.mask.clone(), config.auth.mask_salt.clone())?,
             max_result_bytes: config.limits.max_result_bytes,
+            max_call_nesting: config.limits.max_call_nesting,
         },
     ));
     let replayed = service.replay_history();

@@ -34,7 +34,10 @@ pub mod access;
 pub mod admin_cli;
 pub mod auth;
 pub mod cache;
-pub mod classify;
+#[cfg(test)]
+mod classify_tests;
+/// Statement kinds and the tables a statement reads (the `lakegate-sql` crate).
+pub use lakegate_sql::classify;
 pub mod config;
 pub mod console;
 pub mod demo;

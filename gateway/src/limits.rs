@@ -27,6 +27,9 @@ pub struct LimitsConfig {
     /// its own.
     #[serde(with = "humantime_serde")]
     pub idle_in_transaction_timeout: std::time::Duration,
+    /// Statements whose calls or subqueries nest deeper are refused before parsing (54001):
+    /// sqlparser's time doubles with each level (14 deep: ~0.2 s at worst; 20: seconds).
+    pub max_call_nesting: usize,
 }
 
 impl Default for LimitsConfig {
@@ -37,6 +40,7 @@ impl Default for LimitsConfig {
             shutdown_grace: std::time::Duration::from_secs(30),
             max_result_bytes: 0,
             idle_in_transaction_timeout: std::time::Duration::ZERO,
+            max_call_nesting: 14,
         }
     }
 }

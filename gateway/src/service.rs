@@ -137,6 +137,8 @@ pub struct Security {
     pub masks: crate::mask::Masks,
     /// `[limits] max_result_bytes` (0: none).
     pub max_result_bytes: u64,
+    /// `[limits] max_call_nesting`.
+    pub max_call_nesting: usize,
 }
 
 /// The gateway's query pipeline.
@@ -161,6 +163,7 @@ pub struct GatewayService {
     access: crate::access::Access,
     masks: crate::mask::Masks,
     max_result_bytes: u64,
+    max_call_nesting: usize,
 }
 
 /// A query's route: its versions, profile, the router's decision and the engines to try.
@@ -209,6 +212,7 @@ impl GatewayService {
             access: security.access,
             masks: security.masks,
             max_result_bytes: security.max_result_bytes,
+            max_call_nesting: security.max_call_nesting,
         }
     }
 
@@ -471,6 +475,14 @@ impl GatewayService {
     /// # Errors
     /// [`Error::Syntax`].
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        if let Some(depth) = lakegate_sql::nesting::call_depth(sql)
+            && depth > self.max_call_nesting
+        {
+            return Err(Error::TooComplex {
+                depth,
+                limit: self.max_call_nesting,
+            });
+        }
         let sql = explain_route_syntax(sql);
         let mut statements = self.parser.parse(&sql).map_err(|e| Error::Syntax {
             message: syntax_message(&e.to_string()),
@@ -705,7 +717,7 @@ impl GatewayService {
             return total;
         }
         let schema = table.table.metadata().current_schema();
-        let visible = match crate::mask::Masks::hidden(masks, ns, name) {
+        let visible = match crate::mask::hidden(masks, ns, name) {
             Some(hidden) => match crate::mask::without(schema, hidden) {
                 Some(visible) => Some(visible),
                 None => return total,

@@ -582,3 +582,35 @@ def test_result_bytes_and_idle_in_transaction_limits(lake_dir, tmp_path):
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
+
+
+def test_sql_text_that_would_mean_another_query_never_reaches_a_text_engine(gateway):
+    """sqlparser prints the string x\\' (x, backslash, quote) as 'x\\'' — a string that would run
+    on into the next literal and let the text an engine receives read a table the gateway never
+    checked. Such statements are refused for text engines (DuckDB here) and run on DataFusion,
+    which takes the parsed statement."""
+    sql = ("SELECT 'x\\''' AS a, ' UNION ALL SELECT order_id::text, status FROM orders "
+           "UNION ALL SELECT ''' AS b FROM customers LIMIT 1")
+    with psycopg.connect(gateway.dsn, autocommit=True,
+                         options="-c lakegate.engine=duckdb") as pinned:
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            pinned.execute(sql).fetchall()
+        assert "does not print back" in str(e.value)
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        rows = conn.execute(sql).fetchall()
+    assert rows == [("x\\'", " UNION ALL SELECT order_id::text, status FROM orders "
+                             "UNION ALL SELECT '")], rows
+
+
+def test_deeply_nested_calls_are_refused_before_the_parser_spends_minutes(gateway):
+    """sqlparser's time doubles with each nested call: 30 levels of abs() would pin a core for
+    half an hour. The gateway refuses past limits.max_call_nesting (14) with 54001, at once."""
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.StatementTooComplex) as e:
+            conn.execute("SELECT " + "abs(" * 30 + "-1" + ")" * 30)
+        assert time.monotonic() - started < 2
+        assert "limits.max_call_nesting (14)" in str(e.value)
+        assert conn.execute("SELECT " + "abs(" * 12 + "-1" + ")" * 12).fetchone() == (1,)
+        with pytest.raises(psycopg.errors.StatementTooComplex):
+            conn.execute("SELECT " + "(SELECT " * 20 + "1" + ")" * 20)

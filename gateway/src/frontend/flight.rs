@@ -312,7 +312,7 @@ pub(crate) fn to_status(e: &Error) -> Status {
         ErrorKind::Unavailable => Status::unavailable(message),
         ErrorKind::TooManyQueries => Status::resource_exhausted(message),
         ErrorKind::InsufficientPrivilege => Status::permission_denied(message),
-        ErrorKind::LimitExceeded => Status::resource_exhausted(message),
+        ErrorKind::LimitExceeded | ErrorKind::TooComplex => Status::resource_exhausted(message),
         ErrorKind::DuplicateCursor => Status::already_exists(message),
         ErrorKind::TransactionAborted | ErrorKind::CantChangeSetting => {
             Status::failed_precondition(message)

@@ -23,6 +23,7 @@ pub(crate) fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::TooManyQueries => "53300",
         ErrorKind::InsufficientPrivilege => "42501",
         ErrorKind::LimitExceeded => "54000",
+        ErrorKind::TooComplex => "54001",
         ErrorKind::Internal => "XX000",
     }
 }

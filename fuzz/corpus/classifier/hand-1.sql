@@ -1,0 +1,1 @@
+WITH t AS (SELECT * FROM t) SELECT a, count(*) FROM t GROUP BY a

@@ -1,0 +1,1 @@
+SELECT c.a, o.b FROM "Sales"."Cust" c JOIN lake.public.orders o ON o.a = c.a WHERE o.b = $1 LIMIT 5

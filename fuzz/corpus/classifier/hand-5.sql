@@ -1,0 +1,1 @@
+SELECT * FROM generate_series(1, 3) g, (SELECT * FROM x) sub LEFT JOIN LATERAL (SELECT * FROM y WHERE y.a = sub.a) l ON true
