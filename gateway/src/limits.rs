@@ -59,9 +59,36 @@ pub struct ConnectionSlot {
     user: String,
 }
 
+/// Descriptors one pgwire connection holds: its socket and the idle-in-transaction
+/// watchdog's duplicate of it.
+const DESCRIPTORS_PER_CONNECTION: u64 = 2;
+
+/// The soft limit on open files from `/proc/self/limits` (Linux), when it can be read.
+fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// A warning when `max_connections` connections would need more descriptors than the process
+/// may open (each takes two, plus ~256 for files, engines and the catalog pool).
+pub fn descriptor_warning(max_connections: usize) -> Option<String> {
+    let limit = open_files_limit()?;
+    let needed = max_connections as u64 * DESCRIPTORS_PER_CONNECTION + 256;
+    (max_connections > 0 && limit < needed).then(|| {
+        format!(
+            "limits.max_connections = {max_connections} needs about {needed} open files but \
+             the limit is {limit}: raise it (ulimit -n, LimitNOFILE=) or lower max_connections"
+        )
+    })
+}
+
 impl ConnectionLimits {
     /// Limits per `config`.
     pub fn new(config: LimitsConfig) -> Self {
+        if let Some(warning) = descriptor_warning(config.max_connections) {
+            tracing::warn!("{warning}");
+        }
         Self {
             config,
             open: Mutex::new((0, HashMap::new())),

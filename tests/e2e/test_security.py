@@ -258,6 +258,12 @@ password = "{hashed('correct horse')}"
             except psycopg.OperationalError:
                 assert time.time() < deadline, "the renewed certificate was not picked up"
                 time.sleep(0.5)
+        # Flight SQL serves the renewed certificate too.
+        flight_tls["adbc.flight.sql.client_option.tls_root_certs"] = ca2.read_text()
+        with flight_sql.connect(f"grpc+tls://localhost:{gw.flight_port}",
+                                db_kwargs=flight_tls) as fc, fc.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
