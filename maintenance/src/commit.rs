@@ -45,10 +45,10 @@ impl Committer {
         let swap = match config.kind()? {
             CatalogKind::Sqlite | CatalogKind::Postgres => {
                 sqlx::any::install_default_drivers();
+                // Lazy: a gateway with maintenance off never opens a connection for it.
                 let pool = AnyPoolOptions::new()
                     .max_connections(2)
-                    .connect(&config.uri)
-                    .await?;
+                    .connect_lazy(&config.uri)?;
                 Swap::Sql {
                     pool,
                     dollar: config.kind()? == CatalogKind::Postgres,
