@@ -289,11 +289,23 @@ roles = ["sales"]
 groups = ["default"]
 tables = ["sales.*"]
 """)
-    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "groups.toml").write_text('default_group = "default"\n'
+                                       '[[group]]\nname = "default"\nengines = ["datafusion"]\n'
+                                       '[[group]]\nname = "reprocess"\nengines = ["datafusion"]\n')
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg),
+                        "--rules-dir", str(rules)])
     try:
         def conn(user, password):
             return psycopg.connect(f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} "
                                    f"password={password}", autocommit=True)
+        # A routing group the user is not granted: 42501 naming the group.
+        with conn("bob", "b-pass") as b:
+            b.execute("SET lakegate.group = 'reprocess'")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
+                b.execute("SELECT count(*) FROM sales.regions")
+            assert 'routing group "reprocess"' in str(e.value)
         sql = "SELECT status, count(*) FROM orders GROUP BY status ORDER BY status"
         with conn("alice", "a-pass") as a, conn("bob", "b-pass") as b:
             assert a.execute(sql).fetchall()  # computed and cached for alice
@@ -323,7 +335,8 @@ tables = ["sales.*"]
                                 "AND query LIKE '%orders%' AND engine <> ''").fetchone()[0]
             refused = a.execute("SELECT count(*) FROM lakegate.queries WHERE user_name = 'bob' "
                                 "AND error LIKE 'permission denied%'").fetchone()[0]
-            assert (reached, refused) == (0, 2), "bob's denied statements reached no engine"
+            # Two tables and one group refused, none of them run.
+            assert (reached, refused) == (0, 3), "bob's denied statements reached no engine"
             # Without the admin role, the history shows one's own queries only.
             users = {r[0] for r in b.execute("SELECT DISTINCT user_name FROM lakegate.queries")}
             assert users == {"bob"}, users
