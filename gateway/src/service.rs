@@ -1001,6 +1001,9 @@ impl GatewayService {
             let key = ResultCache::key(statement, params, pins, &settings);
             let max = self.cache.max_entry_bytes();
             let ran_on = std::sync::Mutex::new(None::<String>);
+            // When this caller computes a result too large to cache, what it already read and
+            // the rest of the engine's stream: it answers from them instead of running again.
+            let overflow = std::sync::Mutex::new(None::<SendableRecordBatchStream>);
             let computed = self
                 .cache
                 .get_or_compute(key, async {
@@ -1009,7 +1012,7 @@ impl GatewayService {
                         .await
                         .map_err(|e| Uncached::Failed(Arc::new(e)))?;
                     *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(engine);
-                    collect_capped(stream, max).await
+                    collect_capped(stream, max, &overflow).await
                 })
                 .await;
             // A caller that waited on another's computation counts as a hit too.
@@ -1028,7 +1031,18 @@ impl GatewayService {
                     ));
                 }
                 Err(e) => match e.as_ref() {
-                    Uncached::TooLarge => pending.record.cache = "too_large",
+                    Uncached::TooLarge => {
+                        pending.record.cache = "too_large";
+                        let rest = overflow.into_inner().unwrap_or_else(|p| p.into_inner());
+                        if let Some(stream) = rest {
+                            return Ok(guarded(
+                                stream,
+                                &routed.decision.group,
+                                self.max_result_bytes,
+                            ));
+                        }
+                        // Another caller computed it: run it here, streaming.
+                    }
                     Uncached::Failed(err) => return Err(Error::Shared(err.clone())),
                 },
             }
@@ -1648,6 +1662,7 @@ async fn execute_on(
 async fn collect_capped(
     mut stream: SendableRecordBatchStream,
     max: u64,
+    overflow: &std::sync::Mutex<Option<SendableRecordBatchStream>>,
 ) -> Result<CachedResult, Uncached> {
     let schema = stream.schema();
     let (mut batches, mut bytes) = (Vec::new(), 0u64);
@@ -1662,10 +1677,14 @@ async fn collect_capped(
             )))
         })?;
         bytes += batch.get_array_memory_size() as u64;
+        batches.push(batch);
         if bytes > max {
+            // Too large to cache: the batches read so far, then the rest, for this caller.
+            let read = futures::stream::iter(batches.into_iter().map(Ok));
+            let whole = RecordBatchStreamAdapter::new(schema, read.chain(stream));
+            *overflow.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::pin(whole));
             return Err(Uncached::TooLarge);
         }
-        batches.push(batch);
     }
     Ok(CachedResult {
         schema,
