@@ -39,6 +39,17 @@ pub enum Dialect<'a> {
     },
 }
 
+impl Dialect<'_> {
+    /// The engine's name, as in config and routing rules.
+    pub fn engine(&self) -> &'static str {
+        match self {
+            Dialect::DuckDb => "duckdb",
+            Dialect::Trino { .. } => "trino",
+            Dialect::Spark { .. } => "spark",
+        }
+    }
+}
+
 /// Renders `statement` for `dialect`, reading every pinned table at its pinned snapshot.
 ///
 /// `default_schema` resolves unqualified table names, as the gateway did when it pinned them.
@@ -61,10 +72,12 @@ pub fn render(
     }
     if !prints_faithfully(statement, &original) {
         return Err(Error::Unsupported {
-            what: "passing this statement to another engine as SQL text: a quoted string or \
-                   name in it (two quotes in a row, or a backslash before a quote) does not \
-                   print back as written; it runs on datafusion"
-                .into(),
+            what: format!(
+                "sending this statement to {} as SQL text (a quoted string or name in it, \
+                 with two quotes in a row or a backslash before a quote, does not print back \
+                 as written; datafusion can run it)",
+                dialect.engine()
+            ),
         });
     }
     let mut statement = statement.clone();
@@ -670,6 +683,7 @@ mod tests {
             let e =
                 render(&sneaky, None, &Pins::default(), "public", dialect).expect_err("refused");
             assert!(e.to_string().contains("does not print back"), "{e}");
+            assert!(e.to_string().contains(dialect.engine()), "{e}");
         }
         // Ordinary quotes inside strings and names still pass.
         let sql = render_plain(

@@ -604,21 +604,22 @@ def test_result_bytes_and_idle_in_transaction_limits(lake_dir, tmp_path):
 
 
 def test_sql_text_that_would_mean_another_query_never_reaches_a_text_engine(gateway):
-    """sqlparser prints the string x\\' (x, backslash, quote) as 'x\\'' — a string that would run
-    on into the next literal and let the text an engine receives read a table the gateway never
-    checked. Such statements are refused for text engines (DuckDB here) and run on DataFusion,
-    which takes the parsed statement."""
-    sql = ("SELECT 'x\\''' AS a, ' UNION ALL SELECT order_id::text, status FROM orders "
-           "UNION ALL SELECT ''' AS b FROM customers LIMIT 1")
+    """sqlparser prints the string x\\' (x, backslash, quote) as 'x\\'' — a string that runs on
+    into the next literal, so the text DuckDB received became another query: before the fix this
+    statement, which reads only `customers`, returned the gateway host's /etc/hostname from
+    DuckDB's read_csv. Such statements are refused for text engines and run on DataFusion, which
+    takes the parsed statement."""
+    sql = ("SELECT 'x\\''' AS a, ' AS a, (SELECT string_agg(column0, $$,$$) FROM "
+           "read_csv($$/etc/hostname$$, header = false)) AS b --' AS b FROM customers LIMIT 1")
     with psycopg.connect(gateway.dsn, autocommit=True,
                          options="-c lakegate.engine=duckdb") as pinned:
         with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
             pinned.execute(sql).fetchall()
-        assert "does not print back" in str(e.value)
+        assert "does not print back" in str(e.value) and "duckdb" in str(e.value)
     with psycopg.connect(gateway.dsn, autocommit=True) as conn:
         rows = conn.execute(sql).fetchall()
-    assert rows == [("x\\'", " UNION ALL SELECT order_id::text, status FROM orders "
-                             "UNION ALL SELECT '")], rows
+    assert rows == [("x\\'", " AS a, (SELECT string_agg(column0, $$,$$) FROM "
+                             "read_csv($$/etc/hostname$$, header = false)) AS b --")], rows
 
 
 def test_deeply_nested_calls_are_refused_before_the_parser_spends_minutes(gateway):
