@@ -1340,7 +1340,7 @@ impl GatewayService {
 /// so the static term is wrapped as `SELECT * FROM (static) AS t(a, b)`, which names its columns
 /// (asyncpg's type introspection relies on this).
 fn rename_recursive_cte_columns(statement: &mut Statement) {
-    use datafusion::sql::sqlparser::ast::SetExpr;
+    use datafusion::sql::sqlparser::ast::{SetExpr, TableFactor};
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
     let Statement::Query(query) = statement else {
@@ -1359,22 +1359,29 @@ fn rename_recursive_cte_columns(statement: &mut Statement) {
         let SetExpr::SetOperation { left, .. } = cte.query.body.as_mut() else {
             continue;
         };
-        let columns: Vec<String> = cte
-            .alias
-            .columns
-            .iter()
-            .map(|c| c.name.to_string())
-            .collect();
-        let wrapped = format!(
-            "SELECT * FROM ({left}) AS {}({})",
-            cte.alias.name,
-            columns.join(", ")
-        );
-        if let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &wrapped)
-            && let Some(Statement::Query(q)) = parsed.pop()
-        {
-            *left = q.body;
-        }
+        // Built on the AST (a template whose derived table gets the static term and the CTE's
+        // alias), never by printing the client's SQL and parsing it again: sqlparser does not
+        // print every string back as written (see lakegate_engines::dialect).
+        let Ok(mut parsed) =
+            Parser::parse_sql(&PostgreSqlDialect {}, "SELECT * FROM (SELECT 1) AS t")
+        else {
+            continue;
+        };
+        let Some(Statement::Query(mut wrapper)) = parsed.pop() else {
+            continue;
+        };
+        let SetExpr::Select(select) = wrapper.body.as_mut() else {
+            continue;
+        };
+        let Some(TableFactor::Derived {
+            subquery, alias, ..
+        }) = select.from.first_mut().map(|f| &mut f.relation)
+        else {
+            continue;
+        };
+        subquery.body = left.clone();
+        *alias = Some(cte.alias.clone());
+        *left = wrapper.body;
     }
 }
 
@@ -1831,4 +1838,28 @@ fn unsupported(statement: &Statement) -> Error {
 fn syntax_message(raw: &str) -> String {
     let msg = raw.trim_start_matches("sql parser error: ");
     format!("syntax error: {msg}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    #[test]
+    fn a_recursive_cte_column_list_names_the_static_term() {
+        let mut s = Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "WITH RECURSIVE t(n, s) AS (SELECT 1, 'a''b' UNION ALL SELECT n + 1, s FROM t \
+             WHERE n < 3) SELECT * FROM t",
+        )
+        .expect("sql")
+        .remove(0);
+        rename_recursive_cte_columns(&mut s);
+        assert_eq!(
+            s.to_string(),
+            "WITH RECURSIVE t (n, s) AS (SELECT * FROM (SELECT 1, 'a''b') t (n, s) \
+             UNION ALL SELECT n + 1, s FROM t WHERE n < 3) SELECT * FROM t"
+        );
+    }
 }
