@@ -59,12 +59,17 @@ pub struct Config {
 pub struct HttpConfig {
     /// Address to listen on (default `127.0.0.1:8080`).
     pub listen: String,
+    /// A client must send a request's headers within this long, or the connection is closed
+    /// (a slow or silent client cannot hold connections open; default 10 s).
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: std::time::Duration,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8080".into(),
+            header_timeout: std::time::Duration::from_secs(10),
         }
     }
 }

@@ -351,7 +351,8 @@ impl Gateway {
             service.clone(),
             metrics,
         )
-        .await?;
+        .await?
+        .with_header_timeout(config.http.header_timeout);
         let http_addr = http.local_addr().map_err(|source| Error::Bind {
             setting: "http.listen",
             addr: config.http.listen.clone(),

@@ -47,6 +47,7 @@ struct AppState {
 pub struct HttpServer {
     listener: tokio::net::TcpListener,
     app: Router,
+    header_timeout: std::time::Duration,
 }
 
 impl HttpServer {
@@ -91,7 +92,17 @@ impl HttpServer {
             .route("/api/ready", get(ready))
             .merge(protected)
             .with_state(state);
-        Ok(Self { listener, app })
+        Ok(Self {
+            listener,
+            app,
+            header_timeout: std::time::Duration::from_secs(10),
+        })
+    }
+
+    /// Closes connections that do not send a request's headers within `timeout`.
+    pub fn with_header_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.header_timeout = timeout;
+        self
     }
 
     /// The bound address.
@@ -102,14 +113,51 @@ impl HttpServer {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` fires.
+    /// Serves until `shutdown` fires; connections then finish their request in flight.
+    ///
+    /// Each connection must send a request's headers within `header_timeout` (hyper's timer
+    /// is set here; `axum::serve` leaves it unset, so a client that never finished its headers
+    /// held its connection forever).
     pub async fn run(self, shutdown: CancellationToken) {
-        let served = axum::serve(self.listener, self.app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(%e, "http server stopped");
+        use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+        use hyper_util::server::conn::auto::Builder;
+        use hyper_util::service::TowerToHyperService;
+        let service = TowerToHyperService::new(self.app);
+        loop {
+            let socket = tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((socket, _)) => socket,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "http accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let (service, shutdown, timeout) =
+                (service.clone(), shutdown.clone(), self.header_timeout);
+            tokio::spawn(async move {
+                let mut builder = Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(timeout);
+                let conn = builder.serve_connection(TokioIo::new(socket), service);
+                tokio::pin!(conn);
+                let served = tokio::select! {
+                    served = conn.as_mut() => served,
+                    () = shutdown.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, "http connection ended");
+                }
+            });
         }
+        tracing::info!("http endpoint stopped");
     }
 }
 

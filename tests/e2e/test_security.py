@@ -634,3 +634,24 @@ def test_deeply_nested_calls_are_refused_before_the_parser_spends_minutes(gatewa
         assert conn.execute("SELECT " + "abs(" * 12 + "-1" + ")" * 12).fetchone() == (1,)
         with pytest.raises(psycopg.errors.StatementTooComplex):
             conn.execute("SELECT " + "(SELECT " * 20 + "1" + ")" * 20)
+
+
+def test_an_http_client_that_never_finishes_its_headers_is_let_go(lake_dir, tmp_path):
+    import socket
+    cfg = tmp_path / "http.toml"
+    cfg.write_text('[http]\nheader_timeout = "2s"\n')
+    gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
+    try:
+        host, port = gw.http.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
+            started = time.monotonic()
+            data = s.recv(1024)
+            waited = time.monotonic() - started
+        assert not data.startswith(b"HTTP/1.1 200"), data
+        assert 1.5 < waited < 6, waited
+        # Complete requests are served as before.
+        assert http_get(f"{gw.http}/api/health")[0] == 200
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)
