@@ -59,6 +59,11 @@ def dsn(gw, user: str, password: str) -> str:
     return f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} password='{password}'"
 
 
+def login(gw, user: str, password: str) -> psycopg.Connection:
+    """An autocommit psycopg session as `user` (SCRAM)."""
+    return psycopg.connect(dsn(gw, user, password), autocommit=True)
+
+
 def http_get(url: str, user: str | None = None, password: str = "",
              bearer: str | None = None) -> tuple[int, dict, bytes]:
     """(status, headers, body) of a GET, with basic auth or a bearer token when given."""
@@ -297,17 +302,14 @@ tables = ["sales.*"]
     gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg),
                         "--rules-dir", str(rules)])
     try:
-        def conn(user, password):
-            return psycopg.connect(f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} "
-                                   f"password={password}", autocommit=True)
         # A routing group the user is not granted: 42501 naming the group.
-        with conn("bob", "b-pass") as b:
+        with login(gw, "bob", "b-pass") as b:
             b.execute("SET lakegate.group = 'reprocess'")
             with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
                 b.execute("SELECT count(*) FROM sales.regions")
             assert 'routing group "reprocess"' in str(e.value)
         sql = "SELECT status, count(*) FROM orders GROUP BY status ORDER BY status"
-        with conn("alice", "a-pass") as a, conn("bob", "b-pass") as b:
+        with login(gw, "alice", "a-pass") as a, login(gw, "bob", "b-pass") as b:
             assert a.execute(sql).fetchall()  # computed and cached for alice
             with pytest.raises(psycopg.errors.InsufficientPrivilege) as e:
                 b.execute(sql)  # the same statement: never served from alice's cache
@@ -528,12 +530,9 @@ columns = ["public.customers.name"]
 """)
     gw = start_gateway([*wh.flags(str(lake_dir)), "--config", str(cfg)])
     try:
-        def conn(user, password):
-            return psycopg.connect(f"host=127.0.0.1 port={gw.port} dbname=lakegate user={user} "
-                                   f"password={password}", autocommit=True)
         md5 = lambda v: hashlib.md5(f"pepper{v}".encode()).hexdigest()  # noqa: E731
         sql = "SELECT customer_id, name, segment FROM customers ORDER BY customer_id LIMIT 3"
-        with conn("alice", "a-pass") as a, conn("bot", "b-pass") as b:
+        with login(gw, "alice", "a-pass") as a, login(gw, "bot", "b-pass") as b:
             clear = a.execute(sql).fetchall()
             assert clear[0] == (1, "customer 1", "smb"), clear
             masked = b.execute(sql).fetchall()
