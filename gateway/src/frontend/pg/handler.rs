@@ -123,35 +123,6 @@ impl PgHandlers {
     }
 }
 
-impl PgWireServerHandlers for PgHandlers {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.query.clone()
-    }
-
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.query.clone()
-    }
-
-    fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        // Per connection: the SCRAM exchange keeps state.
-        Arc::new(ConnStartup::new(
-            self.startup.clone(),
-            self.auth.clone(),
-            self.limits.clone(),
-            self.require_tls,
-            None,
-        ))
-    }
-
-    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
-        self.cancel.clone()
-    }
-
-    fn error_handler(&self) -> Arc<impl ErrorHandler> {
-        Arc::new(LogErrors)
-    }
-}
-
 /// One connection's handlers: the shared ones, with a startup that registers the
 /// connection's [`Activity`] (watched for the idle-in-transaction timeout).
 pub struct ConnHandlers {
@@ -179,13 +150,14 @@ impl PgWireServerHandlers for ConnHandlers {
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        // Per connection: the SCRAM exchange keeps state.
         let s = &self.shared;
         Arc::new(ConnStartup::new(
             s.startup.clone(),
             s.auth.clone(),
             s.limits.clone(),
             s.require_tls,
-            Some(self.activity.clone()),
+            self.activity.clone(),
         ))
     }
 
@@ -215,7 +187,7 @@ pub struct ConnStartup {
     require_tls: bool,
     scram: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
     /// The connection's activity, watched for the idle-in-transaction timeout.
-    activity: Option<Arc<Activity>>,
+    activity: Arc<Activity>,
 }
 
 impl ConnStartup {
@@ -224,7 +196,7 @@ impl ConnStartup {
         auth: Arc<crate::auth::Auth>,
         limits: Arc<crate::limits::ConnectionLimits>,
         require_tls: bool,
-        activity: Option<Arc<Activity>>,
+        activity: Arc<Activity>,
     ) -> Self {
         let scram = auth.required().then(|| {
             let mut scram = ScramAuth::new(auth.clone());
@@ -276,10 +248,8 @@ impl StartupHandler for ConnStartup {
                 )))
             })?;
             client.session_extensions().insert(slot);
-            if let Some(activity) = &self.activity {
-                activity.set_tls(client.is_secure());
-                client.session_extensions().insert(activity.clone());
-            }
+            self.activity.set_tls(client.is_secure());
+            client.session_extensions().insert(self.activity.clone());
         }
         let Some(scram) = &self.scram else {
             return self.session.on_startup(client, message).await;
@@ -563,7 +533,6 @@ pub struct PgQueryHandler {
 }
 
 impl PgQueryHandler {
-    /// Runs one statement and turns its output into a pgwire response.
     /// Runs one statement, keeping the connection's [`Activity`] current: busy while it runs
     /// and its rows stream, then whether a transaction block is open and the session's
     /// idle-in-transaction timeout.
@@ -599,6 +568,8 @@ impl PgQueryHandler {
         result
     }
 
+    /// Runs one statement and turns its output into a pgwire response (`busy` is held until
+    /// its last row is sent).
     async fn run_statement<C>(
         &self,
         client: &mut C,
