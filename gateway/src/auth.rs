@@ -118,6 +118,21 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     out
 }
 
+/// The user and password of an `Authorization: Basic …` value, padded (RFC 7617) or not
+/// (grpc-go's ADBC driver sends it unpadded).
+pub fn basic_credentials(authorization: &str) -> Option<(String, String)> {
+    let (scheme, value) = authorization.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(value.trim().trim_end_matches('='))
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
+}
+
 /// A verifier for `password` with a fresh salt.
 pub fn hash_password(password: &str) -> String {
     let salt = random_bytes::<16>();
@@ -289,20 +304,13 @@ impl Auth {
 
     /// The user an HTTP `Authorization` header (Basic, or a Flight SQL Bearer token) proves.
     pub fn http_user(&self, authorization: &str) -> Option<String> {
-        let (scheme, value) = authorization.trim().split_once(' ')?;
-        if scheme.eq_ignore_ascii_case("bearer") {
-            return self.check_token(value.trim());
+        if let Some((scheme, token)) = authorization.trim().split_once(' ')
+            && scheme.eq_ignore_ascii_case("bearer")
+        {
+            return self.check_token(token.trim());
         }
-        if !scheme.eq_ignore_ascii_case("basic") {
-            return None;
-        }
-        let decoded = B64
-            .decode(value.trim())
-            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(value.trim()))
-            .ok()?;
-        let text = String::from_utf8(decoded).ok()?;
-        let (user, password) = text.split_once(':')?;
-        self.verify_cached(user, password).then(|| user.to_string())
+        let (user, password) = basic_credentials(authorization)?;
+        self.verify_cached(&user, &password).then_some(user)
     }
 
     /// A bearer token for `user`, valid for the configured lifetime.
@@ -346,6 +354,19 @@ impl AuthSource for Auth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn basic_credentials_padded_or_not() {
+        let padded = format!("Basic {}", B64.encode("al:pw")); // "YWw6cHc=" has padding
+        assert!(padded.ends_with('='));
+        let unpadded = padded.trim_end_matches('=').to_string();
+        let want = Some(("al".to_string(), "pw".to_string()));
+        assert_eq!(basic_credentials(&padded), want);
+        assert_eq!(basic_credentials(&unpadded), want);
+        assert_eq!(basic_credentials(&padded.replace("Basic", "basic")), want);
+        assert_eq!(basic_credentials("Bearer abc"), None);
+        assert_eq!(basic_credentials("Basic !!!"), None);
+    }
 
     fn config(users: Vec<(&str, &str)>) -> AuthConfig {
         AuthConfig {

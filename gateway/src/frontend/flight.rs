@@ -685,25 +685,16 @@ impl FlightSqlService for FlightSqlFrontend {
             // Basic auth in the handshake's headers; the same answer for an unknown user and
             // a wrong password.
             let denied = || Status::unauthenticated("invalid user name or password");
-            let basic = request
+            let (user, password) = request
                 .metadata()
                 .get("authorization")
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Basic "))
+                .and_then(crate::auth::basic_credentials)
                 .ok_or_else(denied)?;
-            // Padded (RFC 7617) or not (grpc-go's ADBC driver sends it unpadded).
-            let decoded = base64::Engine::decode(
-                &base64::engine::general_purpose::STANDARD_NO_PAD,
-                basic.trim().trim_end_matches('='),
-            )
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .ok_or_else(denied)?;
-            let (user, password) = decoded.split_once(':').ok_or_else(denied)?;
-            if !auth.verify(user, password) {
+            if !auth.verify(&user, &password) {
                 return Err(denied());
             }
-            auth.issue_token(user)
+            auth.issue_token(&user)
         } else {
             // Trust (loopback): any handshake is accepted and gets a session token.
             format!("lakegate-{}", uuid::Uuid::new_v4())
