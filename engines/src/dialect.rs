@@ -81,7 +81,7 @@ pub fn render(
         });
     }
     let mut statement = statement.clone();
-    let ctes = cte_names(&mut statement);
+    let ctes = lakegate_sql::classify::cte_names(&statement);
     let mut rewriter = Rewriter {
         dialect,
         pins,
@@ -196,14 +196,7 @@ impl Rewriter<'_> {
 
     /// The `(schema, table)` a table reference names, normalised as the gateway resolved it.
     fn resolve(&self, name: &ObjectName) -> Option<(String, String)> {
-        let parts: Vec<String> = name
-            .0
-            .iter()
-            .map(|p| match p {
-                ObjectNamePart::Identifier(i) => Some(normalise(i)),
-                ObjectNamePart::Function(_) => None,
-            })
-            .collect::<Option<_>>()?;
+        let parts = lakegate_sql::classify::name_parts(name)?;
         match parts.as_slice() {
             [table] if !self.ctes.contains(table) => {
                 Some((self.default_schema.to_string(), table.clone()))
@@ -384,34 +377,6 @@ fn explicit_nulls(exprs: &mut [OrderByExpr]) {
         if e.options.nulls_first.is_none() {
             e.options.nulls_first = Some(e.options.asc == Some(false));
         }
-    }
-}
-
-/// The names of every CTE in the statement (they shadow lake tables of the same name).
-fn cte_names(statement: &mut ast::Statement) -> BTreeSet<String> {
-    struct Ctes(BTreeSet<String>);
-    impl VisitorMut for Ctes {
-        type Break = ();
-        fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-            if let Some(with) = &query.with {
-                for cte in &with.cte_tables {
-                    self.0.insert(normalise(&cte.alias.name));
-                }
-            }
-            ControlFlow::Continue(())
-        }
-    }
-    let mut ctes = Ctes(BTreeSet::new());
-    let _ = statement.visit(&mut ctes);
-    ctes.0
-}
-
-/// An identifier as PostgreSQL resolves it: unquoted folds to lower case.
-fn normalise(ident: &Ident) -> String {
-    if ident.quote_style.is_some() {
-        ident.value.clone()
-    } else {
-        ident.value.to_lowercase()
     }
 }
 

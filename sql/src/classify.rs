@@ -115,12 +115,42 @@ pub fn references(statement: &Statement, default_schema: &str) -> Result<Referen
 }
 
 /// An identifier as the catalog names it: unquoted folds to lower case.
-fn normalise(i: &Ident) -> String {
+pub fn normalise(i: &Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
         i.value.to_lowercase()
     }
+}
+
+/// The parts of a table name, each normalised (`None` when a part is not an identifier).
+pub fn name_parts(name: &ObjectName) -> Option<Vec<String>> {
+    name.0
+        .iter()
+        .map(|p| match p {
+            ObjectNamePart::Identifier(i) => Some(normalise(i)),
+            ObjectNamePart::Function(_) => None,
+        })
+        .collect()
+}
+
+/// Every CTE name in the statement, whatever its scope (normalised).
+pub fn cte_names(statement: &Statement) -> BTreeSet<String> {
+    struct Ctes(BTreeSet<String>);
+    impl Visitor for Ctes {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+            if let Some(with) = &query.with {
+                for cte in &with.cte_tables {
+                    self.0.insert(normalise(&cte.alias.name));
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut ctes = Ctes(BTreeSet::new());
+    let _ = statement.visit(&mut ctes);
+    ctes.0
 }
 
 /// The tables a statement names, `(schema if written, table)`, sorted and unique.
@@ -133,14 +163,7 @@ struct Relations {
 
 impl Relations {
     fn relation(&mut self, name: &ObjectName) -> ControlFlow<Error> {
-        let parts: Option<Vec<String>> = name
-            .0
-            .iter()
-            .map(|p| match p {
-                ObjectNamePart::Identifier(i) => Some(normalise(i)),
-                ObjectNamePart::Function(_) => None,
-            })
-            .collect();
+        let parts = name_parts(name);
         let bad = || Error::TableName {
             name: name.to_string(),
             parts: name.0.len(),

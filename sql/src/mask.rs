@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    Ident, ObjectNamePart, Query, Statement, TableAlias, TableFactor, Visit, VisitMut, Visitor,
-    VisitorMut,
+    ObjectNamePart, Query, Statement, TableAlias, TableFactor, VisitMut, VisitorMut,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
+use crate::classify::{cte_names, name_parts};
 use crate::{Error, Result};
 
 /// The masked columns of each table, for one user: `(ns, table)` → column names, all lower
@@ -43,14 +43,12 @@ pub fn rewrite(
     if masked.is_empty() {
         return Ok(None);
     }
-    let mut ctes = Ctes::default();
-    let _ = statement.visit(&mut ctes);
     let mut rewriter = Rewriter {
         masked,
         columns,
         default_schema,
         salt,
-        ctes: ctes.0,
+        ctes: cte_names(statement),
         changed: false,
         error: None,
     };
@@ -104,32 +102,6 @@ fn derived(
     }
 }
 
-/// Every CTE name in the statement, whatever its scope.
-#[derive(Default)]
-struct Ctes(BTreeSet<String>);
-
-impl Visitor for Ctes {
-    type Break = ();
-
-    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
-        if let Some(with) = &query.with {
-            for cte in &with.cte_tables {
-                self.0.insert(normalise(&cte.alias.name));
-            }
-        }
-        ControlFlow::Continue(())
-    }
-}
-
-/// An identifier as the catalog names it: unquoted folds to lower case.
-fn normalise(i: &Ident) -> String {
-    if i.quote_style.is_some() {
-        i.value.clone()
-    } else {
-        i.value.to_lowercase()
-    }
-}
-
 struct Rewriter<'a> {
     masked: &'a Masked,
     columns: &'a dyn Fn(&str, &str) -> Option<Vec<String>>,
@@ -172,23 +144,20 @@ impl Rewriter<'_> {
         else {
             return Ok(());
         };
-        let parts: Option<Vec<&Ident>> = name
-            .0
-            .iter()
-            .map(|p| match p {
-                ObjectNamePart::Identifier(i) => Some(i),
-                ObjectNamePart::Function(_) => None,
-            })
-            .collect();
-        let (ns, table, last) = match parts.as_deref() {
-            Some([t]) => (self.default_schema.to_string(), normalise(t), (*t).clone()),
-            Some([ns, t] | [_, ns, t]) => (normalise(ns), normalise(t), (*t).clone()),
+        let (Some(parts), Some(ObjectNamePart::Identifier(last))) =
+            (name_parts(name), name.0.last())
+        else {
+            return Ok(());
+        };
+        let (ns, table) = match parts.as_slice() {
+            [t] => (self.default_schema.to_string(), t.clone()),
+            [ns, t] | [_, ns, t] => (ns.clone(), t.clone()),
             _ => return Ok(()),
         };
         if hidden(self.masked, &ns, &table).is_none() {
             return Ok(());
         }
-        if parts.as_deref().is_some_and(|p| p.len() == 1) && self.ctes.contains(&table) {
+        if parts.len() == 1 && self.ctes.contains(&table) {
             return Err(Error::Mask {
                 table: format!("{ns}.{table}"),
                 why: format!("a CTE is named \"{table}\" too: rename the CTE or qualify the table"),
@@ -196,7 +165,7 @@ impl Rewriter<'_> {
         }
         let alias = alias.clone().unwrap_or(TableAlias {
             explicit: true,
-            name: last,
+            name: last.clone(),
             columns: vec![],
         });
         if let Some(derived) = self.replacement(&ns, &table, alias)? {
