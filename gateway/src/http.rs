@@ -95,7 +95,7 @@ impl HttpServer {
         Ok(Self {
             listener,
             app,
-            header_timeout: std::time::Duration::from_secs(10),
+            header_timeout: crate::config::HttpConfig::default().header_timeout,
         })
     }
 
@@ -123,18 +123,9 @@ impl HttpServer {
         use hyper_util::server::conn::auto::Builder;
         use hyper_util::service::TowerToHyperService;
         let service = TowerToHyperService::new(self.app);
-        loop {
-            let socket = tokio::select! {
-                () = shutdown.cancelled() => break,
-                accepted = self.listener.accept() => match accepted {
-                    Ok((socket, _)) => socket,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "http accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
+        while let Some((socket, _)) =
+            crate::frontend::accept(&self.listener, &shutdown, "http.listen").await
+        {
             let (service, shutdown, timeout) =
                 (service.clone(), shutdown.clone(), self.header_timeout);
             tokio::spawn(async move {

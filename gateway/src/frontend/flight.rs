@@ -173,20 +173,8 @@ fn tls_incoming(
 ) -> impl futures::Stream<Item = std::io::Result<TlsConn>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<TlsConn>(64);
     tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = shutdown.cancelled() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (socket, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    warn!(error = %e, "flight accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = socket.set_nodelay(true);
+        while let Some((socket, peer)) = super::accept(&listener, &shutdown, "flight.listen").await
+        {
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
                 let handshake = tokio::time::timeout(

@@ -60,41 +60,26 @@ impl PgServer {
 
     /// Serves connections until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
-        loop {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => {
-                    info!("pg endpoint stopped");
-                    return;
+        while let Some((socket, peer)) = super::accept(&self.listener, &shutdown, "pg.listen").await
+        {
+            let activity = Arc::new(idle::Activity::default());
+            let handlers = self.handlers.for_connection(activity.clone());
+            let tls = self.tls.clone();
+            // A second descriptor of the socket, for the idle-in-transaction watchdog.
+            // Aborted when the connection task ends, even by a panic: the duplicate
+            // descriptor must not keep a dead connection's socket open.
+            let watchdog = std::os::fd::AsFd::as_fd(&socket)
+                .try_clone_to_owned()
+                .ok()
+                .map(|fd| AbortOnDrop(tokio::spawn(idle::watch(activity, fd.into()))));
+            tokio::spawn(async move {
+                let _watchdog = watchdog;
+                if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
+                    warn!(%peer, error = %e, "pg connection ended with an error");
                 }
-                accepted = self.listener.accept() => accepted,
-            };
-            match accepted {
-                Ok((socket, peer)) => {
-                    // Small request/response messages: never wait for Nagle.
-                    let _ = socket.set_nodelay(true);
-                    let activity = Arc::new(idle::Activity::default());
-                    let handlers = self.handlers.for_connection(activity.clone());
-                    let tls = self.tls.clone();
-                    // A second descriptor of the socket, for the idle-in-transaction watchdog.
-                    // Aborted when the connection task ends, even by a panic: the duplicate
-                    // descriptor must not keep a dead connection's socket open.
-                    let watchdog = std::os::fd::AsFd::as_fd(&socket)
-                        .try_clone_to_owned()
-                        .ok()
-                        .map(|fd| AbortOnDrop(tokio::spawn(idle::watch(activity, fd.into()))));
-                    tokio::spawn(async move {
-                        let _watchdog = watchdog;
-                        if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
-                            warn!(%peer, error = %e, "pg connection ended with an error");
-                        }
-                    });
-                }
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            }
+            });
         }
+        info!("pg endpoint stopped");
     }
 }
 
