@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Installs what lakegate's tests and demo need, once; later runs reuse .cache/.
-#   - system packages: PostgreSQL (server for the SQL-catalog tests, psql, pgbench), a JDK, Maven
+#   - system packages (apt, when missing): PostgreSQL (server for the SQL-catalog tests, psql,
+#     pgbench), JDK 17, Maven, unzip, curl, openssl (the TLS test's CA), procps (pgrep),
+#     Chromium (the console test) and Node.js/npm
 #   - a Python venv with PyIceberg (independent writer/reader) and the client drivers
-#   - the pgJDBC driver jar from Maven Central
+#   - the pgJDBC and Arrow Flight SQL JDBC jars from Maven Central
+#   - DuckDB's iceberg and avro extensions (PyPI wheels) and playwright-core (npm)
+# Trino 476 and Spark 4.1 download on their first start (scripts/trino-server.sh,
+# scripts/spark-connect.sh); scripts/fuzz.sh installs the nightly toolchain and cargo-fuzz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="$PWD/.cache"
