@@ -53,6 +53,13 @@ impl Default for DataFusionOptions {
     }
 }
 
+/// What one visibility key sees, built from one listing.
+struct VisibleView {
+    source: Arc<Directory>,
+    filtered: Arc<Directory>,
+    pg_catalog: Arc<dyn SchemaProvider>,
+}
+
 /// The embedded DataFusion engine.
 pub struct DataFusionEngine {
     lake: Arc<Lake>,
@@ -63,8 +70,9 @@ pub struct DataFusionEngine {
     pg_catalog: Arc<dyn SchemaProvider>,
     /// pg_catalog's static tables, shared by every per-session view.
     static_tables: Arc<datafusion_pg_catalog::pg_catalog::PgCatalogStaticTables>,
-    /// `pg_catalog` views for sessions that may not see every table, by visibility key.
-    views: Mutex<std::collections::HashMap<String, Arc<dyn SchemaProvider>>>,
+    /// For sessions that may not see every table, by visibility key: the listing it was
+    /// filtered from, the filtered listing and the `pg_catalog` view.
+    views: Mutex<std::collections::HashMap<String, VisibleView>>,
     /// The last listing of namespaces and tables; refreshed for metadata queries.
     directory: Mutex<Arc<Directory>>,
 }
@@ -159,9 +167,8 @@ impl DataFusionEngine {
         Ok(current)
     }
 
-    /// A context for one statement: the shared functions, this statement's pinned tables and
-    /// the session's settings.
-    /// The catalog listing and `pg_catalog` this request may see.
+    /// The catalog listing and `pg_catalog` this request may see (filtered once per listing
+    /// and visibility key, not per statement).
     fn view(
         &self,
         directory: Arc<Directory>,
@@ -170,37 +177,38 @@ impl DataFusionEngine {
         let Some(v) = visible else {
             return Ok((directory, self.pg_catalog.clone()));
         };
-        let mut filtered = Directory::default();
-        for (schema, tables) in &directory.schemas {
-            let shown: Vec<String> = tables
-                .iter()
-                .filter(|t| (v.allows)(schema, t))
-                .cloned()
-                .collect();
-            if !shown.is_empty() {
-                filtered.schemas.insert(schema.clone(), shown);
-            }
-        }
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         let pg_catalog = match views.get(&v.key) {
-            Some(p) => p.clone(),
+            Some(view) if Arc::ptr_eq(&view.source, &directory) => {
+                return Ok((view.filtered.clone(), view.pg_catalog.clone()));
+            }
+            Some(view) => view.pg_catalog.clone(),
             None => {
                 if views.len() >= 1024 {
                     views.clear();
                 }
-                let p = crate::system_catalog::pg_catalog_schema_for(
+                crate::system_catalog::pg_catalog_schema_for(
                     self.lake.clone(),
                     self.database.clone(),
                     Some(v.clone()),
                     Some(self.static_tables.clone()),
-                )?;
-                views.insert(v.key.clone(), p.clone());
-                p
+                )?
             }
         };
-        Ok((Arc::new(filtered), pg_catalog))
+        let filtered = Arc::new(directory.filtered(|ns, t| (v.allows)(ns, t)));
+        views.insert(
+            v.key.clone(),
+            VisibleView {
+                source: directory,
+                filtered: filtered.clone(),
+                pg_catalog: pg_catalog.clone(),
+            },
+        );
+        Ok((filtered, pg_catalog))
     }
 
+    /// A context for one statement: the shared functions, this statement's pinned tables and
+    /// the session's settings.
     async fn context(&self, request: &EngineRequest<'_>) -> Result<SessionContext> {
         let directory = self.directory_for(request.statement).await?;
         let (directory, pg_catalog) = self.view(directory, request.settings.visible.as_ref())?;

@@ -505,21 +505,12 @@ impl GatewayService {
     /// # Errors
     /// When the catalog fails.
     pub async fn directory_for(&self, user: &str) -> Result<lakegate_engines::lake::Directory> {
-        let mut directory = self.lake.directory().await?;
-        if self.access.enabled() {
-            let roles = self.auth.roles(user);
-            directory.schemas = std::mem::take(&mut directory.schemas)
-                .into_iter()
-                .filter_map(|(ns, tables)| {
-                    let shown: Vec<String> = tables
-                        .into_iter()
-                        .filter(|t| self.access.may_read(user, &roles, &ns, t))
-                        .collect();
-                    (!shown.is_empty()).then_some((ns, shown))
-                })
-                .collect();
+        let directory = self.lake.directory().await?;
+        if !self.access.enabled() {
+            return Ok(directory);
         }
-        Ok(directory)
+        let roles = self.auth.roles(user);
+        Ok(directory.filtered(|ns, t| self.access.may_read(user, &roles, ns, t)))
     }
 
     /// The current Arrow schema of `schema.table`.

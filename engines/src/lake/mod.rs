@@ -136,6 +136,21 @@ pub struct Directory {
     pub schemas: BTreeMap<String, Vec<String>>,
 }
 
+impl Directory {
+    /// The tables `allows(namespace, table)` keeps; namespaces left empty are dropped.
+    pub fn filtered(&self, allows: impl Fn(&str, &str) -> bool) -> Directory {
+        let schemas = self
+            .schemas
+            .iter()
+            .filter_map(|(ns, tables)| {
+                let shown: Vec<String> = tables.iter().filter(|t| allows(ns, t)).cloned().collect();
+                (!shown.is_empty()).then(|| (ns.clone(), shown))
+            })
+            .collect();
+        Directory { schemas }
+    }
+}
+
 /// A connected catalog.
 pub struct Lake {
     config: LakeConfig,
