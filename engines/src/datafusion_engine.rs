@@ -144,23 +144,14 @@ impl DataFusionEngine {
         &self.database
     }
 
-    async fn directory_for(&self, statement: &Statement) -> Result<Arc<Directory>> {
-        let (refs, _) = datafusion::sql::resolve::resolve_table_references(
-            &DfStatement::Statement(Box::new(statement.clone())),
-            true,
-        )?;
-        let wants_listing = refs
-            .iter()
-            .any(|r| r.schema() == Some("information_schema"))
-            || refs
-                .iter()
-                .any(|r| r.schema().is_none() && r.table().starts_with("pg_"));
+    /// The lake's listing: the last one, refreshed when the statement lists the catalog.
+    async fn directory_for(&self, lists_catalog: bool) -> Result<Arc<Directory>> {
         let mut current = self
             .directory
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if wants_listing || current.schemas.is_empty() {
+        if lists_catalog || current.schemas.is_empty() {
             current = Arc::new(self.lake.directory().await?);
             *self.directory.lock().unwrap_or_else(|p| p.into_inner()) = current.clone();
         }
@@ -210,7 +201,7 @@ impl DataFusionEngine {
     /// A context for one statement: the shared functions, this statement's pinned tables and
     /// the session's settings.
     async fn context(&self, request: &EngineRequest<'_>) -> Result<SessionContext> {
-        let directory = self.directory_for(request.statement).await?;
+        let directory = self.directory_for(request.lists_catalog).await?;
         let (directory, pg_catalog) = self.view(directory, request.settings.visible.as_ref())?;
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         let system = Arc::new(datafusion::catalog::MemorySchemaProvider::new());

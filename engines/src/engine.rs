@@ -130,6 +130,9 @@ pub struct EngineRequest<'a> {
     /// The result schema the planner (DataFusion) promised clients; every other engine casts
     /// its answer to it, so an answer is the same whichever engine computed it.
     pub promised: Option<&'a SchemaRef>,
+    /// The statement reads `pg_catalog` or `information_schema` (the gateway's classifier
+    /// said so): the embedded engine refreshes its listing of the lake's tables for it.
+    pub lists_catalog: bool,
 }
 
 /// What a statement needs and returns, known before it runs.

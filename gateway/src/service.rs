@@ -579,6 +579,7 @@ impl GatewayService {
             settings,
             system_tables: &resolved.system_tables,
             promised: None,
+            lists_catalog: resolved.catalog,
         };
         let described = self.engines.planner.describe(request).await?;
         if let Some(k) = key {
@@ -785,6 +786,7 @@ impl GatewayService {
                 settings,
                 system_tables: &routed.resolved.system_tables,
                 promised: if is_planner { None } else { promised.as_ref() },
+                lists_catalog: routed.resolved.catalog,
             };
             let started = std::time::Instant::now();
             let outcome = match execute_on(engine, request, names).await {
