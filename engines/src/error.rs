@@ -137,8 +137,15 @@ impl From<iceberg::Error> for Error {
 }
 
 impl From<DataFusionError> for Error {
+    /// One of this crate's errors carried through a stream comes back as itself.
     fn from(e: DataFusionError) -> Self {
-        Self::DataFusion(Box::new(e))
+        match e {
+            DataFusionError::External(ext) => match ext.downcast::<Error>() {
+                Ok(own) => *own,
+                Err(ext) => Self::DataFusion(Box::new(DataFusionError::External(ext))),
+            },
+            other => Self::DataFusion(Box::new(other)),
+        }
     }
 }
 

@@ -12,15 +12,16 @@
 //! ```
 //!
 //! Layout:
-//! - [`error`]: the crate's error type and the protocol-neutral [`ErrorKind`].
-//! - [`lake`]: catalog connection, table resolution and the version token of each table.
-//! - [`engine`]: the [`Engine`] trait and what a request to an engine carries.
-//! - [`datafusion_engine`]: the embedded DataFusion engine (also the planner of record).
+//! - [`error`] — the crate's error type and the protocol-neutral [`ErrorKind`].
+//! - [`lake`] — catalog connection, table resolution and the version token of each table.
+//! - [`engine`] — the [`Engine`] trait and what a request to an engine carries.
+//! - [`datafusion_engine`] — the embedded DataFusion engine (also the planner of record).
 //! - [`duckdb_engine`], [`trino`], [`spark`]: the other engines.
-//! - [`dialect`]: one parsed statement rendered for each engine, pinned to the snapshots.
-//! - [`conform`]: another engine's answer cast to the planner's schema.
-//! - [`system_catalog`]: `pg_catalog` emulation over the lake for BI tools.
-//! - [`pg_attribute`]: exact column types in `pg_catalog.pg_attribute`.
+//! - [`dialect`] — one parsed statement rendered for each engine, pinned to the snapshots.
+//! - [`conform`] — another engine's answer cast to the planner's schema.
+//! - [`system_catalog`] — `pg_catalog` emulation over the lake for BI tools.
+//! - [`pg_attribute`] — exact column types in `pg_catalog.pg_attribute`.
+//! - [`units`] — byte counts as people read them.
 
 pub mod conform;
 pub mod datafusion_engine;
@@ -33,6 +34,7 @@ pub mod pg_attribute;
 pub mod spark;
 pub mod system_catalog;
 pub mod trino;
+pub mod units;
 
 pub use engine::{Engine, EngineRef, EngineRequest, Pins, Settings};
 pub use error::{Error, ErrorKind, Result};

@@ -24,7 +24,7 @@ pub struct Config {
     /// The embedded DataFusion engine.
     pub datafusion: DataFusionConfig,
     /// The result cache.
-    pub cache: crate::cache::CacheConfig,
+    pub cache: crate::service::cache::CacheConfig,
     /// Which engine answers queries no session pinned.
     pub engines: EnginesConfig,
     /// The embedded DuckDB engine.
@@ -42,15 +42,15 @@ pub struct Config {
     /// The maintenance loop (off unless enabled).
     pub maintenance: lakegate_maintenance::MaintenanceConfig,
     /// Users and how they authenticate.
-    pub auth: crate::auth::AuthConfig,
+    pub auth: crate::security::auth::AuthConfig,
     /// Connection limits.
-    pub limits: crate::limits::LimitsConfig,
+    pub limits: crate::security::limits::LimitsConfig,
     /// TLS for the Postgres endpoint.
-    pub tls: crate::tls::TlsConfig,
+    pub tls: crate::security::tls::TlsConfig,
     /// Who may read which tables and use which routing groups (none: everyone, everything).
-    pub access: Vec<crate::access::AccessRule>,
+    pub access: Vec<crate::security::access::AccessRule>,
     /// Columns some users see only hashed (none: every column in the clear).
-    pub mask: Vec<crate::mask::MaskRule>,
+    pub mask: Vec<crate::security::mask::MaskRule>,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

@@ -1,4 +1,7 @@
-//! Builds the services from a [`Config`] and owns the servers' start and stop.
+//! Builds the services from a [`Config`] and owns the servers' start and stop: the lake, the
+//! engines, the router, the history, the maintenance loop and the security rules become one
+//! [`GatewayService`]; the pgwire, Flight SQL and HTTP endpoints are bound around it and run
+//! until shutdown, when running queries get `limits.shutdown_grace` to finish.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,13 +18,18 @@ use lakegate_maintenance::Maintainer;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::frontend::Server;
 use crate::frontend::flight::{FlightServer, FlightSqlFrontend};
+use crate::frontend::http::HttpServer;
 use crate::frontend::pg::{PgHandlers, PgServer};
-use crate::history::QueryHistory;
-use crate::http::HttpServer;
-use crate::metrics::Metrics;
+use crate::observe::history::QueryHistory;
+use crate::observe::metrics::Metrics;
 use crate::routing::Router;
-use crate::service::{Engines, GatewayService};
+use crate::security::Security;
+use crate::security::access::Access;
+use crate::security::auth::Auth;
+use crate::security::mask::Masks;
+use crate::service::{Engines, GatewayService, ServiceParts};
 
 /// Connects to the lake and builds the engine and the query service every frontend shares.
 ///
@@ -82,7 +90,7 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             "routing statistics rebuilt from the kept history"
         );
     }
-    let auth = Arc::new(crate::auth::Auth::from_config(
+    let auth = Arc::new(Auth::from_config(
         &config.auth,
         &[
             ("pg.listen", config.pg_listen_addr()?),
@@ -92,21 +100,21 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
     )?);
     let maintainer = Maintainer::new(lake.clone(), config.maintenance.clone()).await?;
     history.set_telemetry(maintainer.telemetry().clone());
-    let service = Arc::new(GatewayService::new(
+    let service = Arc::new(GatewayService::new(ServiceParts {
         lake,
         engines,
-        config.cache.clone(),
+        cache: config.cache.clone(),
         router,
         history,
         maintainer,
-        crate::service::Security {
+        security: Security {
             auth,
-            access: crate::access::Access::new(config.access.clone())?,
-            masks: crate::mask::Masks::new(config.mask.clone(), config.auth.mask_salt.clone())?,
+            access: Access::new(config.access.clone())?,
+            masks: Masks::new(config.mask.clone(), config.auth.mask_salt.clone())?,
             max_result_bytes: config.limits.max_result_bytes,
-            max_call_nesting: config.limits.max_call_nesting,
         },
-    ));
+        max_call_nesting: config.limits.max_call_nesting,
+    }));
     let replayed = service.replay_history();
     if replayed > 0 {
         info!(
@@ -115,58 +123,6 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         );
     }
     Ok(service)
-}
-
-/// `lakegate maintenance plan|run --once`: the estate's health and the plan (`run`: executed,
-/// with progress), as text.
-///
-/// # Errors
-/// Configuration and catalog errors.
-pub async fn maintenance_local(config: &Config, table: Option<&str>, run: bool) -> Result<String> {
-    use std::fmt::Write;
-    let service = build_service(config).await?;
-    let m = service.maintainer();
-    let mut out = String::new();
-    if run {
-        let records = m.run_cycle(true, table, &|line| println!("{line}")).await?;
-        let _ = writeln!(out, "{} operations run", records.len());
-        return Ok(out);
-    }
-    let (planned, assessed) = m.plan(true, table).await?;
-    let _ = writeln!(
-        out,
-        "{:<32} {:>5} {:>7} {:>7} {:>7} {:>9}  reasons",
-        "table", "score", "files", "small", "deletes", "manifests"
-    );
-    for a in &assessed {
-        let h = &a.health;
-        let _ = writeln!(
-            out,
-            "{:<32} {:>5.0} {:>7} {:>7} {:>7} {:>9}  {}",
-            h.table,
-            h.score,
-            h.data_files,
-            h.small_files,
-            h.delete_files,
-            h.manifests,
-            if h.reasons.is_empty() {
-                "healthy".to_string()
-            } else {
-                h.reasons.join("; ")
-            }
-        );
-    }
-    let _ = writeln!(out, "\nplan ({} operations):", planned.len());
-    for p in &planned {
-        let _ = writeln!(
-            out,
-            "  {:<18} {:<28} {}",
-            p.action.kind(),
-            p.table,
-            p.reason
-        );
-    }
-    Ok(out)
 }
 
 /// The configured engines besides the planner: DuckDB when its extensions are there (or
@@ -242,72 +198,10 @@ async fn build_engines(config: &Config, planner: Arc<DataFusionEngine>) -> Resul
     Ok(engines)
 }
 
-/// Runs `sql` in-process through the query service and drains the result: (rows, Arrow bytes).
-/// Used by `lakegate exec` and the benchmarks as the no-wire baseline.
-///
-/// # Errors
-/// Any error of the statement.
-pub async fn execute_local(config: &Config, sql: &str) -> Result<(u64, u64)> {
-    use futures::StreamExt;
-    let service = build_service(config).await?;
-    let mut session = crate::session::Session::new("local", &config.pg.default_schema);
-    let (mut rows, mut bytes) = (0u64, 0u64);
-    for statement in service.parse(sql)? {
-        if let crate::service::QueryOutput::Rows { mut stream, .. } =
-            service.execute(&statement, None, &mut session).await?
-        {
-            while let Some(batch) = stream.next().await {
-                let batch = batch.map_err(lakegate_engines::Error::from)?;
-                rows += batch.num_rows() as u64;
-                bytes += batch.get_array_memory_size() as u64;
-            }
-        }
-    }
-    Ok((rows, bytes))
-}
-
-/// `EXPLAIN ROUTE <sql>` in-process: the (item, value) rows. Used by `lakegate route`.
-///
-/// # Errors
-/// Any error of routing the statement.
-pub async fn explain_route_local(config: &Config, sql: &str) -> Result<Vec<(String, String)>> {
-    use arrow::array::{Array, StringArray};
-    use futures::StreamExt;
-    let service = build_service(config).await?;
-    let mut session = crate::session::Session::new("local", &config.pg.default_schema);
-    let mut out = Vec::new();
-    for statement in service.parse(&format!("EXPLAIN ROUTE {sql}"))? {
-        if let crate::service::QueryOutput::Rows { mut stream, .. } =
-            service.execute(&statement, None, &mut session).await?
-        {
-            while let Some(batch) = stream.next().await {
-                let batch = batch.map_err(lakegate_engines::Error::from)?;
-                let column = |i: usize| {
-                    batch
-                        .column(i)
-                        .as_any()
-                        .downcast_ref::<StringArray>()
-                        .cloned()
-                };
-                if let (Some(items), Some(values)) = (column(0), column(1)) {
-                    for i in 0..items.len() {
-                        out.push((items.value(i).to_string(), values.value(i).to_string()));
-                    }
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// A built gateway, bound and ready to run.
 pub struct Gateway {
-    pg: PgServer,
-    pg_addr: SocketAddr,
-    flight: FlightServer,
-    flight_addr: SocketAddr,
-    http: HttpServer,
-    http_addr: SocketAddr,
+    /// The endpoints, bound.
+    servers: Vec<Box<dyn Server>>,
     /// The maintenance loop to run, when enabled.
     maintenance: Option<Arc<Maintainer>>,
     /// The query service (to drain at shutdown).
@@ -317,7 +211,7 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Connects to the lake, builds the engine and the query service, binds the listeners.
+    /// Connects to the lake, builds the engines and the query service, binds the listeners.
     ///
     /// # Errors
     /// Catalog connection failures, bind failures, engine setup failures.
@@ -331,95 +225,67 @@ impl Gateway {
             service.clone(),
             config.pg.database.clone(),
             config.pg.default_schema.clone(),
+            config.limits.statement_timeout,
         )?;
         let flight = FlightServer::bind(config.flight_listen_addr()?, flight_frontend)
             .await?
-            .with_tls(crate::tls::acceptor(&config.tls, crate::tls::Alpn::Http2)?);
-        let flight_addr = flight.local_addr().map_err(|source| Error::Bind {
-            setting: "flight.listen",
-            addr: config.flight.listen.clone(),
-            source,
-        })?;
+            .with_tls(crate::security::tls::acceptor(
+                &config.tls,
+                crate::security::tls::Alpn::Http2,
+            )?);
         let metrics = Arc::new(Metrics::new().map_err(|e| Error::Config {
             setting: "http".into(),
             reason: e.to_string(),
         })?);
         service.history().set_metrics(metrics.clone());
-        let http = HttpServer::bind(
-            config.http_listen_addr()?,
-            &config.http.listen,
-            service.clone(),
-            metrics,
-        )
-        .await?
-        .with_header_timeout(config.http.header_timeout);
-        let http_addr = http.local_addr().map_err(|source| Error::Bind {
-            setting: "http.listen",
-            addr: config.http.listen.clone(),
-            source,
-        })?;
-        let maintenance = config
-            .maintenance
-            .enabled
-            .then(|| service.maintainer().clone());
-        let drained = service.clone();
+        let http = HttpServer::bind(config.http_listen_addr()?, service.clone(), metrics)
+            .await?
+            .with_header_timeout(config.http.header_timeout);
         let handlers = PgHandlers::new(
-            service,
+            service.clone(),
             config.pg.default_schema.clone(),
             config.limits.clone(),
             config.tls.require,
         );
         let pg = PgServer::bind(config.pg_listen_addr()?, handlers)
             .await?
-            .with_tls(crate::tls::acceptor(
+            .with_tls(crate::security::tls::acceptor(
                 &config.tls,
-                crate::tls::Alpn::Postgres,
+                crate::security::tls::Alpn::Postgres,
             )?);
-        let pg_addr = pg.local_addr().map_err(|source| Error::Bind {
-            setting: "pg.listen",
-            addr: config.pg.listen.clone(),
-            source,
-        })?;
+        let maintenance = config
+            .maintenance
+            .enabled
+            .then(|| service.maintainer().clone());
         Ok(Self {
-            pg,
-            pg_addr,
-            flight,
-            flight_addr,
-            http,
-            http_addr,
+            servers: vec![Box::new(pg), Box::new(flight), Box::new(http)],
             maintenance,
-            service: drained,
+            service,
             grace: config.limits.shutdown_grace,
         })
     }
 
-    /// The Flight SQL endpoint's bound address.
-    pub fn flight_addr(&self) -> SocketAddr {
-        self.flight_addr
-    }
-
-    /// The HTTP (metrics, admin API) endpoint's bound address.
-    pub fn http_addr(&self) -> SocketAddr {
-        self.http_addr
-    }
-
-    /// The Postgres endpoint's bound address.
-    pub fn pg_addr(&self) -> SocketAddr {
-        self.pg_addr
+    /// Each endpoint's name and bound address (`pg`, `flight`, `http`).
+    pub fn addresses(&self) -> Vec<(&'static str, SocketAddr)> {
+        self.servers
+            .iter()
+            .map(|s| (s.name(), s.local_addr()))
+            .collect()
     }
 
     /// Serves until `shutdown` fires.
     pub async fn run(self, shutdown: CancellationToken) {
-        info!(pg = %self.pg_addr, flight = %self.flight_addr, http = %self.http_addr, "lakegate serving");
+        let addresses: Vec<String> = self
+            .addresses()
+            .iter()
+            .map(|(name, addr)| format!("{name}={addr}"))
+            .collect();
+        info!(endpoints = %addresses.join(" "), "lakegate serving");
         let maintenance = self.maintenance.map(|m| {
             info!(interval = ?m.config().interval, "maintenance loop on");
             m.spawn(shutdown.clone())
         });
-        tokio::join!(
-            self.pg.run(shutdown.clone()),
-            self.flight.run(shutdown.clone()),
-            self.http.run(shutdown)
-        );
+        futures::future::join_all(self.servers.into_iter().map(|s| s.run(shutdown.clone()))).await;
         // No new connections or calls now; queries already running may finish.
         let started = std::time::Instant::now();
         loop {

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use lakegate_gateway::Gateway;
+use lakegate_gateway::cli::{admin, demo, local};
 use lakegate_gateway::config::{Config, Overrides};
-use lakegate_gateway::{Gateway, demo};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -213,17 +214,17 @@ async fn run() -> anyhow::Result<()> {
         Command::Exec { sql, config, flags } => {
             let config = Config::load(config.as_deref(), &flags.overrides())?;
             let started = std::time::Instant::now();
-            let (rows, bytes) = lakegate_gateway::gateway::execute_local(&config, &sql).await?;
+            let (rows, bytes) = local::execute_local(&config, &sql).await?;
             let secs = started.elapsed().as_secs_f64();
             println!("rows={rows} bytes={bytes} seconds={secs:.3}");
             return Ok(());
         }
         Command::Status { http } => {
-            print!("{}", lakegate_gateway::admin_cli::status(&http).await?);
+            print!("{}", admin::status(&http).await?);
             return Ok(());
         }
         Command::Tables { http } => {
-            print!("{}", lakegate_gateway::admin_cli::tables(&http).await?);
+            print!("{}", admin::tables(&http).await?);
             return Ok(());
         }
         Command::Queries {
@@ -231,10 +232,7 @@ async fn run() -> anyhow::Result<()> {
             slowest,
             limit,
         } => {
-            print!(
-                "{}",
-                lakegate_gateway::admin_cli::queries(&http, limit, slowest).await?
-            );
+            print!("{}", admin::queries(&http, limit, slowest).await?);
             return Ok(());
         }
         Command::HashPassword => {
@@ -244,7 +242,10 @@ async fn run() -> anyhow::Result<()> {
                 .context("reading the password from standard input")?;
             let password = line.trim_end_matches(['\n', '\r']);
             anyhow::ensure!(!password.is_empty(), "empty password on standard input");
-            println!("{}", lakegate_gateway::auth::hash_password(password));
+            println!(
+                "{}",
+                lakegate_gateway::security::auth::hash_password(password)
+            );
             return Ok(());
         }
         Command::Maintenance { action } => {
@@ -258,16 +259,13 @@ async fn run() -> anyhow::Result<()> {
                 flags,
             } = target;
             let config = Config::load(config.as_deref(), &flags.overrides())?;
-            let out = lakegate_gateway::gateway::maintenance_local(&config, table.as_deref(), run)
-                .await?;
+            let out = local::maintenance_local(&config, table.as_deref(), run).await?;
             print!("{out}");
             return Ok(());
         }
         Command::Route { sql, config, flags } => {
             let config = Config::load(config.as_deref(), &flags.overrides())?;
-            for (item, value) in
-                lakegate_gateway::gateway::explain_route_local(&config, &sql).await?
-            {
+            for (item, value) in local::explain_route_local(&config, &sql).await? {
                 println!("{item:<16} {value}");
             }
             return Ok(());
@@ -310,12 +308,12 @@ async fn run() -> anyhow::Result<()> {
     };
     let gateway = Gateway::build(config).await?;
     // Scripts and tests read this line to find the (possibly ephemeral) port.
-    println!(
-        "lakegate listening pg={} flight={} http={}",
-        gateway.pg_addr(),
-        gateway.flight_addr(),
-        gateway.http_addr()
-    );
+    let endpoints: Vec<String> = gateway
+        .addresses()
+        .iter()
+        .map(|(name, addr)| format!("{name}={addr}"))
+        .collect();
+    println!("lakegate listening {}", endpoints.join(" "));
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {

@@ -10,6 +10,7 @@ use lakegate_engines::Settings;
 use sync_wrapper::SyncWrapper;
 
 use crate::error::{Error, Result};
+use crate::service::Frontend;
 
 /// The server version reported to clients (`server_version`, `SHOW server_version`).
 pub const SERVER_VERSION: &str = "16.6";
@@ -129,7 +130,7 @@ pub struct Cursor {
 /// One client connection's state.
 pub struct Session {
     user: String,
-    frontend: &'static str,
+    frontend: Frontend,
     values: BTreeMap<String, String>,
     defaults: BTreeMap<String, String>,
     cursors: HashMap<String, Cursor>,
@@ -145,7 +146,7 @@ impl Session {
         defaults.insert("search_path".into(), default_schema.to_string());
         Self {
             user: user.to_string(),
-            frontend: "local",
+            frontend: Frontend::Local,
             values: defaults.clone(),
             defaults,
             cursors: HashMap::new(),
@@ -165,14 +166,14 @@ impl Session {
         Ok(())
     }
 
-    /// This session as coming from `frontend` (`pg`, `flight`), for metrics.
-    pub fn with_frontend(mut self, frontend: &'static str) -> Self {
+    /// This session as coming from `frontend`.
+    pub fn with_frontend(mut self, frontend: Frontend) -> Self {
         self.frontend = frontend;
         self
     }
 
-    /// The frontend the session came through (`pg`, `flight`, `local`).
-    pub fn frontend(&self) -> &'static str {
+    /// The frontend the session came through.
+    pub fn frontend(&self) -> Frontend {
         self.frontend
     }
 

@@ -36,6 +36,9 @@ pub enum Error {
     /// A safety check failed; the operation was abandoned without committing.
     #[error("safety check failed: {0}")]
     Invariant(String),
+    /// The operation panicked (a bug): it was abandoned without committing.
+    #[error("the operation panicked: {0}")]
+    Panicked(String),
     /// A bad setting.
     #[error("invalid maintenance setting `{setting}`: {reason}")]
     Config {

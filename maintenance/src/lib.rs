@@ -2,7 +2,8 @@
 //! and columns are read; [`health`] scores each table from its Iceberg metadata weighted by
 //! that heat; [`plan`] picks a cycle's operations within budget; [`compact`], [`expire`],
 //! [`orphans`] and manifest rewrites (in [`snapshot`]) change the table through conflict-aware
-//! commits ([`commit`]); [`oplog`] keeps what happened. [`Maintainer`] ties them together.
+//! commits ([`commit`]); `operate` runs one planned operation into a record and [`oplog`]
+//! keeps what happened. [`Maintainer`] ties them together.
 
 pub mod commit;
 pub mod compact;
@@ -12,6 +13,7 @@ pub mod expire;
 pub mod health;
 pub mod inventory;
 pub mod maintainer;
+mod operate;
 pub mod oplog;
 pub mod orphans;
 pub mod plan;

@@ -7,22 +7,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures::TryStreamExt;
+use futures::{FutureExt, TryStreamExt};
 use iceberg::TableIdent;
 use iceberg::table::Table;
 use lakegate_engines::Lake;
 use lakegate_engines::lake::namespace_ident;
+use lakegate_engines::units::human_bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::commit::Committer;
-use crate::compact::{self, Job};
 use crate::config::MaintenanceConfig;
 use crate::error::{Error, Result};
 use crate::health::{self, TableHealth};
 use crate::inventory::{Inventory, ManifestCache};
-use crate::oplog::{OperationLog, OperationRecord};
-use crate::plan::{self, Action, Candidate, Planned};
-use crate::snapshot::Replace;
+use crate::oplog::{OperationKind, OperationLog, OperationRecord, OperationResult};
+use crate::plan::{self, Candidate, Planned};
 use crate::telemetry::{Event, Heat, TableHeatView, Telemetry, table_key};
 
 /// Per-table scheduling state.
@@ -37,7 +36,7 @@ struct TableState {
 #[derive(Debug, Default)]
 pub struct OpCounters {
     /// (kind, result) → (count, total seconds).
-    pub by_kind: Mutex<HashMap<(String, String), (u64, f64)>>,
+    pub by_kind: Mutex<HashMap<(OperationKind, OperationResult), (u64, f64)>>,
     /// Cycles run.
     pub cycles: AtomicU64,
 }
@@ -46,9 +45,16 @@ pub struct OpCounters {
 pub struct Assessment {
     /// The health.
     pub health: TableHealth,
-    table: Table,
+    pub(crate) table: Table,
     inventory: Option<Inventory>,
     expirable: usize,
+}
+
+impl Assessment {
+    /// The table's live files at its current snapshot (`None`: no snapshot yet).
+    pub(crate) fn inventory(&self) -> Option<&Inventory> {
+        self.inventory.as_ref()
+    }
 }
 
 /// The maintenance loop's state and operations.
@@ -106,7 +112,7 @@ impl Maintainer {
             let s = state.entry(r.table.clone()).or_default();
             let ms = r.started_us / 1000;
             s.last_run_ms = s.last_run_ms.max(ms);
-            if r.kind == "remove_orphans" {
+            if r.kind == OperationKind::RemoveOrphans {
                 s.last_orphans_ms = s.last_orphans_ms.max(ms);
             }
         }
@@ -511,7 +517,7 @@ impl Maintainer {
             s.last_run_ms = now;
             if done
                 .iter()
-                .any(|r| r.table == a.health.table && r.kind == "remove_orphans")
+                .any(|r| r.table == a.health.table && r.kind == OperationKind::RemoveOrphans)
             {
                 s.last_orphans_ms = now;
             }
@@ -519,163 +525,26 @@ impl Maintainer {
         Ok(done)
     }
 
-    /// Runs one planned operation and logs it.
-    async fn execute(&self, p: &Planned, a: &Assessment) -> OperationRecord {
-        let started = Instant::now();
-        let started_us = chrono::Utc::now().timestamp_micros();
-        let ident = a.table.identifier().clone();
-        let snapshot_before = a
-            .table
-            .metadata()
-            .current_snapshot()
-            .map(|s| s.snapshot_id());
-        let mut r = OperationRecord {
-            id: 0,
-            started_us,
-            table: p.table.clone(),
-            kind: p.action.kind().to_string(),
-            partition: String::new(),
-            files_before: 0,
-            files_after: 0,
-            bytes_before: 0,
-            bytes_after: 0,
-            files_deleted: 0,
-            millis: 0.0,
-            result: "ok".into(),
-            snapshot_before,
-            snapshot_after: None,
-            reason: p.reason.clone(),
-            detail: String::new(),
-        };
-        let outcome: Result<()> = async {
-            match &p.action {
-                Action::ExpireSnapshots { .. } => {
-                    r.files_before = a.health.snapshots as u64;
-                    let e = crate::expire::run(
-                        &self.committer,
-                        &self.cache,
-                        &ident,
-                        self.config.keep_snapshots,
-                        self.config.snapshot_min_age,
-                    )
-                    .await?;
-                    r.files_after = e.remaining as u64;
-                    r.files_deleted = e.files_deleted as u64;
-                    r.bytes_before = e.bytes_deleted;
-                    r.detail = format!(
-                        "{} snapshots expired, {} files ({}) deleted",
-                        e.snapshots.len(),
-                        e.files_deleted,
-                        human_bytes(e.bytes_deleted)
-                    );
-                    if e.snapshots.is_empty() {
-                        r.result = "noop".into();
-                    }
-                }
-                Action::Compact { spec_id, partition, files, bytes, whole_partition, sort, .. } => {
-                    r.partition = partition.clone();
-                    r.files_before = files.len() as u64;
-                    r.bytes_before = *bytes;
-                    let inv = a.inventory.as_ref().ok_or_else(|| Error::Conflict("no snapshot".into()))?;
-                    let wanted: std::collections::HashSet<&String> = files.iter().collect();
-                    let in_partition = |f: &&crate::inventory::LiveFile| f.spec_id == *spec_id && f.partition == *partition;
-                    let data: Vec<_> = inv.files.iter().filter(in_partition).filter(|f| wanted.contains(&f.path().to_string())).cloned().collect();
-                    let deletes: Vec<_> = inv.files.iter().filter(in_partition).filter(|f| !f.is_data()).cloned().collect();
-                    let mut groups = split_groups(data, self.config.max_group_bytes);
-                    let single = groups.len() == 1;
-                    let mut details = Vec::new();
-                    for group in groups.drain(..) {
-                        let job = Job {
-                            ident: ident.clone(),
-                            start: inv.snapshot.clone(),
-                            spec_id: *spec_id,
-                            partition: partition.clone(),
-                            files: group,
-                            deletes: deletes.clone(),
-                            whole_partition: *whole_partition && single,
-                            sort: sort.clone(),
-                            target_file_size: self.config.target_file_size,
-                            sort_memory: self.config.sort_memory,
-                        };
-                        let c = compact::run(&self.committer, &self.cache, &job).await?;
-                        r.files_after += c.files_out as u64;
-                        r.bytes_after += c.bytes_out;
-                        r.snapshot_after = Some(c.snapshot_id);
-                        details.push(format!(
-                            "{} rows{}{}{}",
-                            c.rows,
-                            if sort.is_empty() { String::new() } else { format!(", sorted by {}", sort.join(", ")) },
-                            if c.deletes_removed > 0 { format!(", {} delete files dropped", c.deletes_removed) } else { String::new() },
-                            if c.attempts > 1 { format!(", re-applied over newer commits ({} attempts)", c.attempts) } else { String::new() },
-                        ));
-                    }
-                    r.detail = details.join("; ");
-                }
-                Action::RemoveOrphans => {
-                    let o = crate::orphans::run(&self.committer, &self.cache, &ident, self.config.orphan_min_age).await?;
-                    r.files_before = o.scanned as u64;
-                    r.files_after = (o.scanned - o.deleted) as u64;
-                    r.files_deleted = o.deleted as u64;
-                    r.bytes_before = o.bytes;
-                    r.detail = format!(
-                        "{} files scanned, {} orphans deleted ({}), {} unreferenced but younger than the threshold kept",
-                        o.scanned, o.deleted, human_bytes(o.bytes), o.young
-                    );
-                    if o.deleted == 0 {
-                        r.result = "noop".into();
-                    }
-                }
-                Action::RewriteManifests { manifests } => {
-                    r.files_before = *manifests as u64;
-                    let replace = Replace {
-                        merge_manifests_below: Some(self.config.target_manifest_size),
-                        ..Default::default()
-                    };
-                    let (id, attempts) = compact::commit_replace(&self.committer, &self.cache, &ident, &replace).await?;
-                    let after = self.committer.load(&ident).await?;
-                    if let Some(s) = after.metadata().snapshot_by_id(id) {
-                        let list = after.manifest_list_reader(s).load().await?;
-                        r.files_after = list
-                            .entries()
-                            .iter()
-                            .filter(|m| m.content == iceberg::spec::ManifestContentType::Data)
-                            .count() as u64;
-                    }
-                    r.snapshot_after = Some(id);
-                    if attempts > 1 {
-                        r.detail = format!("re-applied over newer commits ({attempts} attempts)");
-                    }
-                }
-            }
-            Ok(())
-        }
-        .await;
-        if let Err(e) = outcome {
-            r.result = match e {
-                Error::Conflict(_) => "conflict",
-                _ => "failed",
-            }
-            .into();
-            r.detail = if r.detail.is_empty() {
-                e.to_string()
-            } else {
-                format!("{}; {e}", r.detail)
-            };
-            tracing::warn!(table = %r.table, kind = %r.kind, error = %e, "maintenance operation did not complete");
-        }
-        r.millis = started.elapsed().as_secs_f64() * 1000.0;
-        {
-            let mut by = self
-                .counters
-                .by_kind
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let c = by.entry((r.kind.clone(), r.result.clone())).or_default();
-            c.0 += 1;
-            c.1 += r.millis / 1000.0;
-        }
-        self.log.push(r.clone());
-        r
+    /// Counts a finished operation for metrics.
+    pub(crate) fn count(&self, r: &OperationRecord) {
+        let mut by = self
+            .counters
+            .by_kind
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let c = by.entry((r.kind, r.result)).or_default();
+        c.0 += 1;
+        c.1 += r.millis / 1000.0;
+    }
+
+    /// Commits to the catalog.
+    pub(crate) fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    /// Parsed manifests, shared by operations.
+    pub(crate) fn manifests(&self) -> &ManifestCache {
+        &self.cache
     }
 
     /// Runs the loop every `interval` until `shutdown` fires.
@@ -694,11 +563,18 @@ impl Maintainer {
                     _ = shutdown.cancelled() => break,
                     _ = tick.tick() => {}
                 }
-                if let Err(e) = self
-                    .run_cycle(false, None, &|line| tracing::info!("{line}"))
-                    .await
-                {
-                    tracing::warn!(error = %e, "maintenance cycle failed");
+                // A panic in a cycle (outside an operation, which catches its own) is logged
+                // and the loop goes on at the next tick.
+                let cycle = self.run_cycle(false, None, &|line| {
+                    tracing::info!(progress = line, "maintenance")
+                });
+                match std::panic::AssertUnwindSafe(cycle).catch_unwind().await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "maintenance cycle failed"),
+                    Err(panic) => tracing::error!(
+                        panic = %crate::operate::panic_message(panic.as_ref()),
+                        "maintenance cycle panicked; the loop goes on"
+                    ),
                 }
             }
         })
@@ -745,36 +621,4 @@ pub fn sort_columns(table: &Table, view: &TableHeatView) -> Vec<String> {
         .filter(|f| f.transform == iceberg::spec::Transform::Identity)
         .filter_map(|f| schema.field_by_id(f.source_id).map(|n| n.name.clone()))
         .collect()
-}
-
-fn split_groups(
-    mut files: Vec<crate::inventory::LiveFile>,
-    max_bytes: u64,
-) -> Vec<Vec<crate::inventory::LiveFile>> {
-    files.sort_by_key(|f| f.bytes());
-    let mut groups: Vec<Vec<crate::inventory::LiveFile>> = vec![];
-    let mut bytes = 0;
-    for f in files {
-        if groups.is_empty()
-            || (bytes + f.bytes() > max_bytes && !groups.last().is_some_and(|g| g.is_empty()))
-        {
-            groups.push(vec![]);
-            bytes = 0;
-        }
-        bytes += f.bytes();
-        if let Some(g) = groups.last_mut() {
-            g.push(f);
-        }
-    }
-    groups
-}
-
-/// `12.3 MiB`.
-pub fn human_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
 }

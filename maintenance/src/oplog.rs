@@ -8,6 +8,70 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+/// What an operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    /// Expire snapshots past retention (and delete the files only they referenced).
+    ExpireSnapshots,
+    /// Rewrite a partition's files (merged, sorted, deletes applied).
+    Compact,
+    /// Delete unreferenced files older than the threshold.
+    RemoveOrphans,
+    /// Merge small manifests.
+    RewriteManifests,
+}
+
+impl OperationKind {
+    /// The name in the log, metrics and the console.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ExpireSnapshots => "expire_snapshots",
+            Self::Compact => "compact",
+            Self::RemoveOrphans => "remove_orphans",
+            Self::RewriteManifests => "rewrite_manifests",
+        }
+    }
+}
+
+impl std::fmt::Display for OperationKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperationResult {
+    /// Done and committed.
+    Ok,
+    /// Nothing needed doing after all.
+    Noop,
+    /// Another commit conflicted; retried next cycle.
+    Conflict,
+    /// It failed (the detail says why); nothing was committed.
+    Failed,
+}
+
+impl OperationResult {
+    /// The name in the log, metrics and the console.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Noop => "noop",
+            Self::Conflict => "conflict",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for OperationResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One operation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OperationRecord {
@@ -17,8 +81,8 @@ pub struct OperationRecord {
     pub started_us: i64,
     /// `ns.table`.
     pub table: String,
-    /// `expire_snapshots`, `compact`, `remove_orphans` or `rewrite_manifests`.
-    pub kind: String,
+    /// What it did.
+    pub kind: OperationKind,
     /// The partition (compaction), else empty.
     pub partition: String,
     /// Files before (compaction: input files; manifests: data manifests; expiry: snapshots).
@@ -33,8 +97,8 @@ pub struct OperationRecord {
     pub files_deleted: u64,
     /// Wall time.
     pub millis: f64,
-    /// `ok`, `conflict`, `failed` or `noop`.
-    pub result: String,
+    /// How it ended.
+    pub result: OperationResult,
     /// The table's snapshot before.
     pub snapshot_before: Option<i64>,
     /// The snapshot it committed, if any.
@@ -146,7 +210,7 @@ mod tests {
             id: 0,
             started_us: 1,
             table: table.into(),
-            kind: "compact".into(),
+            kind: OperationKind::Compact,
             partition: "day=2026-11-29".into(),
             files_before: 40,
             files_after: 1,
@@ -154,7 +218,7 @@ mod tests {
             bytes_after: 3000,
             files_deleted: 0,
             millis: 12.5,
-            result: "ok".into(),
+            result: OperationResult::Ok,
             snapshot_before: Some(1),
             snapshot_after: Some(2),
             reason: "hot".into(),

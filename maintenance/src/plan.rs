@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::config::MaintenanceConfig;
 use crate::health::TableHealth;
 use crate::inventory::LiveFile;
+use crate::oplog::OperationKind;
 
 /// What to do.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -46,13 +47,13 @@ pub enum Action {
 }
 
 impl Action {
-    /// The operation's name in the log.
-    pub fn kind(&self) -> &'static str {
+    /// The operation it is.
+    pub fn kind(&self) -> OperationKind {
         match self {
-            Action::ExpireSnapshots { .. } => "expire_snapshots",
-            Action::Compact { .. } => "compact",
-            Action::RemoveOrphans => "remove_orphans",
-            Action::RewriteManifests { .. } => "rewrite_manifests",
+            Action::ExpireSnapshots { .. } => OperationKind::ExpireSnapshots,
+            Action::Compact { .. } => OperationKind::Compact,
+            Action::RemoveOrphans => OperationKind::RemoveOrphans,
+            Action::RewriteManifests { .. } => OperationKind::RewriteManifests,
         }
     }
 
@@ -369,7 +370,7 @@ mod tests {
                     } => format!("{partition}/{state}"),
                     _ => String::new(),
                 };
-                (p.table.clone(), p.action.kind(), part)
+                (p.table.clone(), p.action.kind().name(), part)
             })
             .collect();
         let s = |t: &str, k: &'static str, p: &str| (t.to_string(), k, p.to_string());

@@ -33,6 +33,20 @@ pub enum StatementKind {
     Other,
 }
 
+impl StatementKind {
+    /// `query`, `session`, `transaction`, `cursor`, `write`, `other` (for traces).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Session => "session",
+            Self::Transaction => "transaction",
+            Self::Cursor => "cursor",
+            Self::Write(_) => "write",
+            Self::Other => "other",
+        }
+    }
+}
+
 /// Classifies a statement.
 pub fn kind(statement: &Statement) -> StatementKind {
     use Statement as S;

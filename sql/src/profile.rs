@@ -14,7 +14,10 @@ use sqlparser::ast::{
 use crate::classify::{References, StatementKind, TableName};
 
 /// What kind of work a statement is, for routing and latency statistics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Shape {
     /// One table, an equality filter (`WHERE id = 42`), no aggregation.
     PointLookup,

@@ -3,9 +3,9 @@
 //! little), skipping engines whose circuit breaker is open. The query service tries them in that
 //! order (failover) inside the group's admission slots.
 //!
-//! - [`rules`]: groups and rules from `routing-rules/*.toml`, validated, reloaded on change.
-//! - [`stats`]: observed latency per (engine, shape, size bucket), circuit breakers.
-//! - [`admission`]: per-group concurrency and queue.
+//! - [`rules`] — groups and rules from `routing-rules/*.toml`, validated, reloaded on change.
+//! - [`stats`] — observed latency per (engine, shape, size bucket), circuit breakers.
+//! - [`admission`] — per-group concurrency and queue.
 
 pub mod admission;
 pub mod rules;
@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::profile::{QueryProfile, Shape};
 use admission::Admission;
 use rules::{Asker, GroupSpec, RoutingTable};
-use stats::{Breaker, Stats, size_bucket};
+use stats::{BreakerState, Stats, size_bucket};
 
 /// A candidate with fewer observations than this may be explored whatever its estimate.
 const MIN_SAMPLES: u64 = 3;
@@ -39,9 +39,31 @@ pub struct Candidate {
     pub expected_ms: f64,
     /// Observations behind the estimate.
     pub samples: u64,
-    /// The breaker: `closed`, `open` (skipped), `probe` (open, cool-down over: tried first)
-    /// or `half-open` (a probe is running).
-    pub breaker: &'static str,
+    /// Its breaker.
+    pub breaker: BreakerState,
+}
+
+/// Why a statement runs in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupChoice {
+    /// A routing rule matched.
+    Rule,
+    /// No rule matched: the default group.
+    Default,
+    /// The session asked for it (`SET lakegate.group`, `x-lakegate-group`).
+    Session,
+}
+
+impl GroupChoice {
+    /// `rule`, `default`, `session`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Rule => "rule",
+            Self::Default => "default",
+            Self::Session => "session",
+        }
+    }
 }
 
 /// The router's decision for one statement.
@@ -49,8 +71,8 @@ pub struct Candidate {
 pub struct Decision {
     /// The rule that matched (`None`: the default group, or the session's choice).
     pub rule: Option<String>,
-    /// Why this group: `rule`, `default`, or `session`.
-    pub reason: &'static str,
+    /// Why this group.
+    pub reason: GroupChoice,
     /// The group.
     pub group: GroupSpec,
     /// Candidates in the order they will be tried; the first is the choice.
@@ -85,18 +107,26 @@ impl Router {
             Some(dir) => RoutingTable::load(dir, configured)?,
             None => RoutingTable::single_group(configured, default_engine),
         };
+        let mut router = Self::with_table(table, configured);
+        router.rules_dir = rules_dir.map(Path::to_path_buf);
+        Ok(router)
+    }
+
+    /// A router over `table` (rules already loaded), for `configured` engines; it does not
+    /// watch a folder.
+    pub fn with_table(table: RoutingTable, configured: &[&str]) -> Self {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
             | 1;
-        Ok(Self {
+        Self {
             table: RwLock::new(Arc::new(table)),
             admissions: Mutex::new(HashMap::new()),
             stats: Stats::default(),
-            rules_dir: rules_dir.map(Path::to_path_buf),
+            rules_dir: None,
             configured: configured.iter().map(|s| s.to_string()).collect(),
             rng: AtomicU64::new(seed),
-        })
+        }
     }
 
     /// The groups and rules in force.
@@ -114,11 +144,11 @@ impl Router {
         asker: &Asker<'_>,
         profile: &QueryProfile,
         session_group: Option<&str>,
-    ) -> Result<(Option<String>, &'static str, GroupSpec)> {
+    ) -> Result<(Option<String>, GroupChoice, GroupSpec)> {
         let table = self.table();
         if let Some(name) = session_group {
             return match table.groups.get(name) {
-                Some(g) if g.selectable => Ok((None, "session", g.clone())),
+                Some(g) if g.selectable => Ok((None, GroupChoice::Session, g.clone())),
                 Some(_) => Err(Error::GroupNotAllowed {
                     name: name.to_string(),
                     why: "the rules do not let sessions choose it".into(),
@@ -139,7 +169,7 @@ impl Router {
                         what: format!("rule {} names a missing group", rule.spec.name),
                     }
                 })?;
-                Ok((Some(rule.spec.name.clone()), "rule", group))
+                Ok((Some(rule.spec.name.clone()), GroupChoice::Rule, group))
             }
             None => {
                 let group = table
@@ -149,7 +179,7 @@ impl Router {
                     .ok_or_else(|| Error::Unsupported {
                         what: "the default group is missing".into(),
                     })?;
-                Ok((None, "default", group))
+                Ok((None, GroupChoice::Default, group))
             }
         }
     }
@@ -161,11 +191,7 @@ impl Router {
             .iter()
             .map(|e| {
                 let (expected_ms, samples) = self.stats.expected_ms(e, shape, bytes);
-                let breaker = match self.stats.breaker(e) {
-                    Breaker::Closed => "closed",
-                    Breaker::Open { .. } => "open",
-                    Breaker::HalfOpen { .. } => "half-open",
-                };
+                let breaker = self.stats.breaker(e).state();
                 Candidate {
                     engine: e.clone(),
                     expected_ms,
@@ -176,14 +202,16 @@ impl Router {
             .collect();
         // Stable: ties keep the group's order of preference. An engine whose breaker's
         // cool-down passed goes first, as the probe (if it fails, the next one answers).
-        let probe = |c: &Candidate| c.breaker == "open" && self.stats.probe_due(&c.engine);
+        let probe =
+            |c: &Candidate| c.breaker == BreakerState::Open && self.stats.probe_due(&c.engine);
         for c in candidates.iter_mut().filter(|c| probe(c)) {
-            c.breaker = "probe";
+            c.breaker = BreakerState::Probe;
         }
+        let is = |c: &Candidate, s: BreakerState| c.breaker == s;
         candidates.sort_by(|a, b| {
-            (a.breaker != "probe")
-                .cmp(&(b.breaker != "probe"))
-                .then((a.breaker == "open").cmp(&(b.breaker == "open")))
+            (!is(a, BreakerState::Probe))
+                .cmp(&!is(b, BreakerState::Probe))
+                .then(is(a, BreakerState::Open).cmp(&is(b, BreakerState::Open)))
                 .then(a.expected_ms.total_cmp(&b.expected_ms))
         });
         // Explore only what could plausibly win or is barely known: sending a 5 ms lookup to
@@ -195,12 +223,14 @@ impl Router {
             .enumerate()
             .skip(1)
             .filter(|(_, c)| {
-                c.breaker != "open"
+                c.breaker != BreakerState::Open
                     && (c.samples < MIN_SAMPLES || c.expected_ms <= best * EXPLORE_WITHIN)
             })
             .map(|(i, _)| i)
             .collect();
-        let probing = candidates.first().is_some_and(|c| c.breaker == "probe");
+        let probing = candidates
+            .first()
+            .is_some_and(|c| c.breaker == BreakerState::Probe);
         if !probing && !eligible.is_empty() && group.explore > 0.0 && self.random() < group.explore
         {
             let pick = eligible[(self.random() * eligible.len() as f64) as usize % eligible.len()];
@@ -247,10 +277,10 @@ impl Router {
 
     /// Learns from a kept history (after a restart): every successful query that ran on an
     /// engine counts as an observation, so routing does not start cold. Returns how many.
-    pub fn learn_from(&self, history: &[crate::history::QueryRecord]) -> usize {
+    pub fn learn_from(&self, history: &[crate::observe::history::QueryRecord]) -> usize {
         let mut n = 0;
         for r in history {
-            let Some(shape) = Shape::from_name(r.shape) else {
+            let Some(shape) = r.shape else {
                 continue;
             };
             if r.engine.is_empty() || r.error.is_some() || shape == Shape::Metadata {

@@ -127,6 +127,49 @@ pub enum Breaker {
     },
 }
 
+impl Breaker {
+    /// What an operator sees of it.
+    pub fn state(&self) -> BreakerState {
+        match self {
+            Self::Closed => BreakerState::Closed,
+            Self::Open { .. } => BreakerState::Open,
+            Self::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+}
+
+/// A breaker's state as `lakegate.routing`, EXPLAIN ROUTE and `/api/routing` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BreakerState {
+    /// Taking queries.
+    Closed,
+    /// Skipped until its cool-down passes.
+    Open,
+    /// Open, cool-down over: the next query probes it (tried first).
+    Probe,
+    /// A probe is running.
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// `closed`, `open`, `probe`, `half-open`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Open => "open",
+            Self::Probe => "probe",
+            Self::HalfOpen => "half-open",
+        }
+    }
+}
+
+impl std::fmt::Display for BreakerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Debug)]
 struct EngineHealth {
     breaker: Breaker,

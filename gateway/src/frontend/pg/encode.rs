@@ -16,7 +16,6 @@ use pgwire::api::results::{FieldInfo, QueryResponse};
 use pgwire::error::PgWireResult;
 use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
-use tokio_util::sync::CancellationToken;
 
 use super::handler::to_pg_error;
 use crate::error::Error;
@@ -137,37 +136,16 @@ pub(crate) fn fields(
         .collect())
 }
 
-/// A streaming query response: each Arrow batch becomes data rows as it arrives.
+/// A streaming query response: each Arrow batch becomes data rows as it arrives (the service
+/// already ends the stream with 57014 on a cancel or `statement_timeout`).
 pub(crate) fn query_response(
     stream: SendableRecordBatchStream,
     tag: &str,
     format: &Format,
     options: Arc<FormatOptions>,
-    cancel: CancellationToken,
-    timed_out: Arc<std::sync::atomic::AtomicBool>,
 ) -> PgWireResult<QueryResponse> {
     let fields = Arc::new(fields(&stream.schema(), format, options)?);
     let wire = wire_schema(&stream.schema());
-    // A cancel request drops the engine's stream (stopping the query) and ends the rows
-    // with 57014 (cancel request or statement_timeout).
-    let cancelled = cancel.clone();
-    let tail = stream::once(async move {
-        (
-            cancelled.is_cancelled(),
-            timed_out.load(std::sync::atomic::Ordering::SeqCst),
-        )
-    })
-    .filter_map(|(cancelled, timed_out)| async move {
-        cancelled.then(|| {
-            let reason = if timed_out {
-                lakegate_engines::Error::TimedOut
-            } else {
-                lakegate_engines::Error::Canceled
-            };
-            Err(DataFusionError::External(Box::new(reason)))
-        })
-    });
-    let stream = stream.take_until(cancel.cancelled_owned()).chain(tail);
     let row_fields = fields.clone();
     let rows = stream
         .map(move |batch| {

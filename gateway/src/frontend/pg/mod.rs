@@ -1,25 +1,35 @@
 //! The Postgres wire protocol endpoint (pgwire): accept loop, handlers, encoding, SQLSTATEs.
+//!
+//! - [`handler`] — the handler set, simple query and statement running.
+//! - [`startup`] — authentication and the session's start.
+//! - [`extended`] — Parse/Describe/Bind/Execute.
+//! - `encode`: Arrow batches as data rows; `cancel`: CancelRequest; [`idle`]: the
+//!   idle-in-transaction watchdog; `sqlstate`: error kinds as SQLSTATEs.
 
 mod cancel;
 mod encode;
+pub mod extended;
 pub mod handler;
 pub mod idle;
 mod sqlstate;
+pub mod startup;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use handler::PgHandlers;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A bound Postgres endpoint.
 pub struct PgServer {
     listener: TcpListener,
+    addr: SocketAddr,
     handlers: Arc<PgHandlers>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
@@ -30,15 +40,10 @@ impl PgServer {
     /// # Errors
     /// [`Error::Bind`] naming `pg.listen`.
     pub async fn bind(addr: SocketAddr, handlers: PgHandlers) -> Result<Self> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::Bind {
-                setting: "pg.listen",
-                addr: addr.to_string(),
-                source,
-            })?;
+        let (listener, addr) = super::bind(addr, "pg.listen").await?;
         Ok(Self {
             listener,
+            addr,
             handlers: Arc::new(handlers),
             tls: None,
         })
@@ -49,17 +54,19 @@ impl PgServer {
         self.tls = acceptor;
         self
     }
+}
 
-    /// The address actually bound.
-    ///
-    /// # Errors
-    /// When the OS cannot tell.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+#[async_trait]
+impl super::Server for PgServer {
+    fn name(&self) -> &'static str {
+        "pg"
     }
 
-    /// Serves connections until `shutdown` fires.
-    pub async fn run(self, shutdown: CancellationToken) {
+    fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    async fn run(self: Box<Self>, shutdown: CancellationToken) {
         while let Some((socket, peer)) = super::accept(&self.listener, &shutdown, "pg.listen").await
         {
             let activity = Arc::new(idle::Activity::default());

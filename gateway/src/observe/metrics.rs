@@ -10,8 +10,27 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::history::QueryRecord;
-use crate::service::GatewayService;
+use lakegate_engines::Lake;
+use lakegate_maintenance::Maintainer;
+
+use super::history::QueryRecord;
+use crate::routing::Router;
+
+/// What a scrape reads besides the counters kept here.
+pub struct Scrape<'a> {
+    /// Group load and breakers.
+    pub router: &'a Router,
+    /// The configured engines.
+    pub engines: Vec<&'a str>,
+    /// The result cache's counters by name.
+    pub cache: Vec<(&'static str, u64)>,
+    /// Token lookups and the tables seen.
+    pub lake: &'a Lake,
+    /// Operations, telemetry and health.
+    pub maintainer: &'a Maintainer,
+    /// Failed logins so far.
+    pub auth_failures: u64,
+}
 
 /// The registry and the metrics lakegate keeps.
 pub struct Metrics {
@@ -190,25 +209,22 @@ impl Metrics {
         } else {
             r.engine.as_str()
         };
-        let shape = if r.shape.is_empty() {
-            "unknown"
-        } else {
-            r.shape
-        };
+        let shape = r.shape.map_or("unknown", |s| s.name());
+        let frontend = r.frontend.name();
         self.queries
-            .with_label_values(&[r.frontend, &r.group, engine, shape, r.cache, outcome])
+            .with_label_values(&[frontend, &r.group, engine, shape, r.cache.name(), outcome])
             .inc();
         self.latency
             .with_label_values(&[&r.group, engine, shape])
             .observe(r.millis / 1000.0);
         self.rows
-            .with_label_values(&[r.frontend, &r.group])
+            .with_label_values(&[frontend, &r.group])
             .inc_by(r.rows);
     }
 
-    /// The text exposition, with the scrape-time gauges refreshed from `service`.
-    pub async fn render(&self, service: &GatewayService) -> String {
-        for (group, running, queued) in service.router().load_by_group() {
+    /// The text exposition, with the scrape-time gauges refreshed from `scrape`.
+    pub fn render(&self, scrape: &Scrape<'_>) -> String {
+        for (group, running, queued) in scrape.router.load_by_group() {
             self.group_load
                 .with_label_values(&[&group, "running"])
                 .set(running as i64);
@@ -216,19 +232,19 @@ impl Metrics {
                 .with_label_values(&[&group, "queued"])
                 .set(queued as i64);
         }
-        for engine in service.engines().names() {
+        for engine in &scrape.engines {
             let open = !matches!(
-                service.router().stats.breaker(engine),
+                scrape.router.stats.breaker(engine),
                 crate::routing::stats::Breaker::Closed
             );
             self.breaker_open
                 .with_label_values(&[engine])
                 .set(i64::from(open));
         }
-        for (stat, value) in service.cache().stats_values().await {
-            self.cache.with_label_values(&[stat]).set(value as f64);
+        for (stat, value) in &scrape.cache {
+            self.cache.with_label_values(&[stat]).set(*value as f64);
         }
-        let t = service.lake().token_stats();
+        let t = scrape.lake.token_stats();
         let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         self.tokens
             .with_label_values(&["lookups"])
@@ -239,7 +255,7 @@ impl Metrics {
         self.tokens
             .with_label_values(&["reused"])
             .set(load(&t.reused) as f64);
-        for info in table_infos(service) {
+        for info in table_infos(scrape.lake) {
             for (stat, value) in [
                 ("snapshot_age_seconds", info.snapshot_age_seconds),
                 ("data_files", info.data_files as f64),
@@ -250,7 +266,7 @@ impl Metrics {
                 self.table.with_label_values(&[&info.name, stat]).set(value);
             }
         }
-        let m = service.maintainer();
+        let m = scrape.maintainer;
         for ((kind, result), (count, secs)) in m
             .counters()
             .by_kind
@@ -259,13 +275,13 @@ impl Metrics {
             .iter()
         {
             self.maintenance
-                .with_label_values(&[kind, result, "count"])
+                .with_label_values(&[kind.name(), result.name(), "count"])
                 .set(*count as f64);
             self.maintenance
-                .with_label_values(&[kind, result, "seconds"])
+                .with_label_values(&[kind.name(), result.name(), "seconds"])
                 .set(*secs);
         }
-        self.auth_failures.set(service.auth().failures() as i64);
+        self.auth_failures.set(scrape.auth_failures as i64);
         let c = m.telemetry().counters();
         self.telemetry
             .with_label_values(&["sent"])
@@ -310,11 +326,9 @@ pub struct TableInfo {
 }
 
 /// Every table lakegate has resolved, at the version last resolved.
-pub fn table_infos(service: &GatewayService) -> Vec<TableInfo> {
+pub fn table_infos(lake: &Lake) -> Vec<TableInfo> {
     let now_ms = chrono::Utc::now().timestamp_millis();
-    service
-        .lake()
-        .known_tables()
+    lake.known_tables()
         .into_iter()
         .map(|t| {
             let snapshot = t.table.metadata().current_snapshot();

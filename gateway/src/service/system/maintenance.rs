@@ -3,39 +3,11 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
-    TimestampMicrosecondArray,
-};
-use arrow::datatypes::{Field, Schema};
+use arrow::array::{BooleanArray, Float64Array, Int64Array, RecordBatch};
 use lakegate_maintenance::health::TableHealth;
 use lakegate_maintenance::oplog::OperationRecord;
 
-fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
-    let fields: Vec<Field> = columns
-        .iter()
-        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-        .collect();
-    let arrays = columns.into_iter().map(|(_, a)| a).collect();
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
-        .unwrap_or_else(|_| RecordBatch::new_empty(Arc::new(Schema::empty())))
-}
-
-fn text<T: AsRef<str>>(v: impl Iterator<Item = T>) -> ArrayRef {
-    Arc::new(StringArray::from_iter_values(v))
-}
-
-fn int(v: impl Iterator<Item = i64>) -> ArrayRef {
-    Arc::new(Int64Array::from_iter_values(v))
-}
-
-fn float(v: impl Iterator<Item = f64>) -> ArrayRef {
-    Arc::new(Float64Array::from_iter_values(v))
-}
-
-fn timestamps(v: impl Iterator<Item = i64>) -> ArrayRef {
-    Arc::new(TimestampMicrosecondArray::from_iter_values(v).with_timezone("UTC"))
-}
+use super::{batch, float, int, text, timestamps};
 
 /// One row per table, least healthy first.
 pub fn health_batch(tables: &[TableHealth]) -> RecordBatch {
@@ -123,9 +95,9 @@ pub fn operations_batch(ops: &[OperationRecord]) -> RecordBatch {
         ("id", int(o().map(|r| r.id as i64))),
         ("started", timestamps(o().map(|r| r.started_us))),
         ("table", text(o().map(|r| r.table.as_str()))),
-        ("kind", text(o().map(|r| r.kind.as_str()))),
+        ("kind", text(o().map(|r| r.kind.name()))),
         ("partition", text(o().map(|r| r.partition.as_str()))),
-        ("result", text(o().map(|r| r.result.as_str()))),
+        ("result", text(o().map(|r| r.result.name()))),
         ("files_before", int(o().map(|r| r.files_before as i64))),
         ("files_after", int(o().map(|r| r.files_after as i64))),
         ("bytes_before", int(o().map(|r| r.bytes_before as i64))),

@@ -8,92 +8,84 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use arrow::array::{
-    Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
-};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
 use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::profile::Shape;
+use crate::service::cache::CacheOutcome;
+use crate::service::context::{Frontend, StatementContext};
+use crate::service::plan::Route;
 
 /// Longest query text kept per entry.
 const MAX_SQL: usize = 2000;
 
 /// One query.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QueryRecord {
-    /// Sequence number.
+    /// The statement's query id.
     pub id: u64,
     /// When it started (microseconds since the epoch).
     pub started_us: i64,
     /// Who ran it.
     pub user: String,
-    /// Through which frontend (`pg`, `flight`, `local`).
-    pub frontend: &'static str,
+    /// Through which frontend.
+    #[serde(default, deserialize_with = "lenient")]
+    pub frontend: Frontend,
     /// Its text (normalised, truncated).
     pub sql: String,
     /// The snapshots that answered it: `schema.table@snapshot_id`, comma-separated.
+    #[serde(default)]
     pub snapshots: String,
-    /// `hit`, `miss`, `join`, `bypass`, `too_large` or `off`.
-    pub cache: &'static str,
+    /// The cache's part.
+    #[serde(default, deserialize_with = "lenient")]
+    pub cache: CacheOutcome,
     /// The engine that computed it (empty on a cache hit).
+    #[serde(default)]
     pub engine: String,
-    /// Its shape (`point_lookup`, `aggregate`, ...).
-    pub shape: &'static str,
+    /// Its shape (`None`: it failed before it was planned).
+    #[serde(default, deserialize_with = "lenient")]
+    pub shape: Option<Shape>,
+    /// How its engines were chosen (`None`: it failed before it was planned).
+    #[serde(default, deserialize_with = "lenient")]
+    pub route: Option<Route>,
     /// The routing group it ran in.
+    #[serde(default)]
     pub group: String,
     /// The scan estimate the router used (bytes).
+    #[serde(default)]
     pub scan_bytes: u64,
     /// Rows returned (so far, if it was abandoned).
+    #[serde(default)]
     pub rows: u64,
     /// Wall time until the last row (or the error).
+    #[serde(default)]
     pub millis: f64,
     /// The error, if it failed.
+    #[serde(default)]
     pub error: Option<String>,
+}
+
+/// A field written by another version (an unknown name, a missing value) reads as its
+/// default instead of losing the whole record.
+fn lenient<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(T::deserialize(value).unwrap_or_default())
 }
 
 /// A record as one JSON object (the history file, the admin API).
 pub fn to_json(r: &QueryRecord) -> String {
-    serde_json::json!({
-        "id": r.id, "started_us": r.started_us, "user": r.user, "frontend": r.frontend, "sql": r.sql,
-        "snapshots": r.snapshots, "cache": r.cache, "engine": r.engine, "shape": r.shape,
-        "group": r.group, "scan_bytes": r.scan_bytes, "rows": r.rows, "millis": r.millis,
-        "error": r.error,
-    })
-    .to_string()
+    serde_json::to_string(r).unwrap_or_default()
 }
 
 fn from_json(line: &str) -> Option<QueryRecord> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let text = |k: &str| {
-        v.get(k)
-            .and_then(|x| x.as_str())
-            .unwrap_or_default()
-            .to_string()
-    };
-    let interned = |k: &str, set: &[&'static str]| {
-        let value = v.get(k).and_then(|x| x.as_str()).unwrap_or_default();
-        set.iter().find(|s| **s == value).copied().unwrap_or("")
-    };
-    let shapes = crate::profile::Shape::ALL.map(crate::profile::Shape::name);
-    Some(QueryRecord {
-        id: v.get("id")?.as_u64()?,
-        started_us: v.get("started_us")?.as_i64()?,
-        user: text("user"),
-        frontend: interned("frontend", &["pg", "flight", "local"]),
-        sql: text("sql"),
-        snapshots: text("snapshots"),
-        cache: match interned("cache", CACHE_OUTCOMES) {
-            "" => "off",
-            c => c,
-        },
-        engine: text("engine"),
-        shape: interned("shape", &shapes),
-        group: text("group"),
-        scan_bytes: v.get("scan_bytes").and_then(|x| x.as_u64()).unwrap_or(0),
-        rows: v.get("rows").and_then(|x| x.as_u64()).unwrap_or(0),
-        millis: v.get("millis").and_then(|x| x.as_f64()).unwrap_or(0.0),
-        error: v.get("error").and_then(|x| x.as_str()).map(str::to_string),
-    })
+    serde_json::from_str(line).ok()
 }
 
 /// The bounded history.
@@ -104,13 +96,10 @@ pub struct QueryHistory {
     /// Appends finished records to the history file, off the query path.
     file: Option<std::sync::mpsc::Sender<String>>,
     /// Counts every finished query.
-    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    metrics: std::sync::OnceLock<Arc<crate::observe::metrics::Metrics>>,
     /// Tells the maintenance loop what each successful query read.
     telemetry: std::sync::OnceLock<lakegate_maintenance::telemetry::Telemetry>,
 }
-
-/// Interned values of the `&'static str` fields, for records read back from a file.
-const CACHE_OUTCOMES: &[&str] = &["hit", "miss", "join", "bypass", "too_large", "off"];
 
 impl QueryHistory {
     /// A history keeping the last `capacity` queries in memory only.
@@ -175,8 +164,13 @@ impl QueryHistory {
         Ok(history)
     }
 
-    /// Starts a record for a query that begins now.
-    pub fn start(&self, user: &str, frontend: &'static str, sql: &str) -> PendingQuery {
+    /// A fresh query id.
+    pub fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Starts a record for the query `ctx` names, beginning now.
+    pub fn start(&self, ctx: &StatementContext, sql: &str) -> PendingQuery {
         let mut sql = sql.to_string();
         if sql.len() > MAX_SQL {
             let mut cut = MAX_SQL;
@@ -190,15 +184,16 @@ impl QueryHistory {
             .map_or(0, |d| d.as_micros() as i64);
         PendingQuery {
             record: QueryRecord {
-                id: self.next.fetch_add(1, Ordering::Relaxed),
+                id: ctx.query_id,
                 started_us,
-                user: user.to_string(),
-                frontend,
+                user: ctx.user.clone(),
+                frontend: ctx.frontend,
                 sql,
                 snapshots: String::new(),
-                cache: "off",
+                cache: CacheOutcome::Off,
                 engine: String::new(),
-                shape: "",
+                shape: None,
+                route: None,
                 group: String::new(),
                 scan_bytes: 0,
                 rows: 0,
@@ -244,7 +239,7 @@ impl QueryHistory {
     }
 
     /// Reports every finished query to `metrics` from now on.
-    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+    pub fn set_metrics(&self, metrics: Arc<crate::observe::metrics::Metrics>) {
         let _ = self.metrics.set(metrics);
     }
 
@@ -273,82 +268,15 @@ impl QueryHistory {
         entries.push_back(record);
     }
 
-    /// `lakegate.queries`, oldest first.
-    pub fn batch(&self) -> RecordBatch {
-        self.batch_for(None)
-    }
-
-    /// `lakegate.queries` with only `user`'s queries (all with `None`), oldest first.
-    pub fn batch_for(&self, user: Option<&str>) -> RecordBatch {
-        let entries: Vec<QueryRecord> = self
-            .entries
+    /// The records of `user` (everyone's with `None`), oldest first.
+    pub fn records_for(&self, user: Option<&str>) -> Vec<QueryRecord> {
+        self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter(|r| user.is_none_or(|u| r.user == u))
             .cloned()
-            .collect();
-        let schema = Self::schema();
-        let columns: Vec<arrow::array::ArrayRef> = vec![
-            Arc::new(UInt64Array::from_iter_values(entries.iter().map(|e| e.id))),
-            Arc::new(
-                TimestampMicrosecondArray::from_iter_values(entries.iter().map(|e| e.started_us))
-                    .with_timezone("+00:00"),
-            ),
-            Arc::new(StringArray::from_iter_values(
-                entries.iter().map(|e| e.user.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                entries.iter().map(|e| e.sql.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                entries.iter().map(|e| e.snapshots.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                entries.iter().map(|e| e.cache),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                entries.iter().map(|e| e.engine.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                entries.iter().map(|e| e.shape),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                entries.iter().map(|e| e.group.as_str()),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                entries.iter().map(|e| e.rows as i64),
-            )),
-            Arc::new(Float64Array::from_iter_values(
-                entries.iter().map(|e| e.millis),
-            )),
-            Arc::new(StringArray::from_iter(
-                entries.iter().map(|e| e.error.as_deref()),
-            )),
-        ];
-        RecordBatch::try_new(schema.clone(), columns)
-            .unwrap_or_else(|_| RecordBatch::new_empty(schema))
-    }
-
-    fn schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("query_id", DataType::UInt64, false),
-            Field::new(
-                "started",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
-                false,
-            ),
-            Field::new("user_name", DataType::Utf8, false),
-            Field::new("query", DataType::Utf8, false),
-            Field::new("snapshots", DataType::Utf8, false),
-            Field::new("cache", DataType::Utf8, false),
-            Field::new("engine", DataType::Utf8, false),
-            Field::new("shape", DataType::Utf8, false),
-            Field::new("routing_group", DataType::Utf8, false),
-            Field::new("rows", DataType::Int64, false),
-            Field::new("duration_ms", DataType::Float64, false),
-            Field::new("error", DataType::Utf8, true),
-        ]))
+            .collect()
     }
 }
 
@@ -380,6 +308,7 @@ impl PendingQuery {
             inner: stream,
             pending: Some(self),
             history,
+            ended: false,
         })
     }
 }
@@ -388,6 +317,8 @@ struct Tracked {
     inner: SendableRecordBatchStream,
     pending: Option<PendingQuery>,
     history: Arc<QueryHistory>,
+    /// The inner stream ended: it is not polled again (fused).
+    ended: bool,
 }
 
 impl Tracked {
@@ -404,6 +335,9 @@ impl Stream for Tracked {
     type Item = datafusion::error::Result<RecordBatch>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
         let polled = self.inner.as_mut().poll_next(cx);
         match &polled {
             Poll::Ready(Some(Ok(batch))) => {
@@ -416,7 +350,10 @@ impl Stream for Tracked {
                 let message = e.to_string();
                 self.finish(Some(message));
             }
-            Poll::Ready(None) => self.finish(None),
+            Poll::Ready(None) => {
+                self.ended = true;
+                self.finish(None);
+            }
             Poll::Pending => {}
         }
         polled
@@ -440,19 +377,43 @@ impl Drop for Tracked {
 mod tests {
     use super::*;
 
+    fn ctx(h: &QueryHistory) -> StatementContext {
+        StatementContext::new(
+            h.next_id(),
+            "u",
+            Frontend::Pg,
+            tokio_util::sync::CancellationToken::new(),
+            None,
+        )
+    }
+
     #[test]
     fn history_is_bounded_and_keeps_the_newest() {
         let h = QueryHistory::new(2);
         for sql in ["a", "b", "c"] {
-            h.start("u", "pg", sql).fail(&h, "boom");
+            h.start(&ctx(&h), sql).fail(&h, "boom");
         }
-        let batch = h.batch();
-        assert_eq!(batch.num_rows(), 2);
-        let sql = batch
-            .column(3)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .expect("text");
-        assert_eq!((sql.value(0), sql.value(1)), ("b", "c"));
+        let kept: Vec<String> = h.all().into_iter().map(|r| r.sql).collect();
+        assert_eq!(kept, vec!["b", "c"]);
+    }
+
+    #[test]
+    fn records_round_trip_as_json_and_old_lines_still_read() {
+        let h = QueryHistory::new(4);
+        let mut pending = h.start(&ctx(&h), "SELECT 1");
+        pending.record.shape = Some(Shape::PointLookup);
+        pending.record.route = Some(Route::Routed);
+        pending.record.cache = CacheOutcome::TooLarge;
+        let line = to_json(&pending.record);
+        assert!(line.contains(r#""shape":"point_lookup""#), "{line}");
+        assert!(line.contains(r#""cache":"too_large""#), "{line}");
+        assert!(line.contains(r#""frontend":"pg""#), "{line}");
+        let back = from_json(&line).expect("parses");
+        assert_eq!(back.shape, Some(Shape::PointLookup));
+        assert_eq!(back.route, Some(Route::Routed));
+        // A line of the previous format: `shape` empty, `cache` a value it no longer has.
+        let old = r#"{"id":7,"started_us":1,"user":"u","frontend":"pg","sql":"x","snapshots":"","cache":"join","engine":"","shape":"","group":"","scan_bytes":0,"rows":0,"millis":1.5,"error":null}"#;
+        let old = from_json(old).expect("old lines read");
+        assert_eq!((old.id, old.shape, old.cache), (7, None, CacheOutcome::Off));
     }
 }

@@ -1,23 +1,26 @@
 //! The result cache, keyed by the Iceberg snapshots a result was computed from.
 //!
-//! A key is (normalised statement, bound parameters, the session settings that change results,
-//! who asks, and the metadata location of every table read). A cached answer is therefore exact
+//! A key is (the statement's syntax tree, bound parameters, the session settings that change
+//! results, who asks, and the metadata location of every table read), compared whole on every
+//! lookup: two statements whose keys merely hash alike never share an answer. A cached answer is therefore exact
 //! until one of its tables commits: the next statement resolves a new metadata location, misses,
 //! and computes the new answer; the old entry simply ages out. Concurrent identical misses run
 //! once (single flight) and share the answer, so a commit followed by a refresh storm costs one
 //! execution. Only deterministic statements over lake tables are cached.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow::array::{Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
+use datafusion::scalar::ScalarValue;
 use datafusion::sql::sqlparser::ast::{Expr, Statement, visit_expressions};
 use lakegate_engines::{Pins, Settings};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `[cache]` configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -76,6 +79,85 @@ pub struct CacheStats {
     pub evictions: Arc<AtomicU64>,
 }
 
+/// How the cache took part in answering one statement (`lakegate.queries.cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheOutcome {
+    /// Answered from the cache (or from an identical statement computing at the same time).
+    Hit,
+    /// Computed and stored.
+    Miss,
+    /// Not cacheable (non-deterministic, system tables, no lake table, or the group's
+    /// `cache = false`).
+    Bypass,
+    /// Computed, larger than `max_entry_bytes`: streamed, not stored.
+    TooLarge,
+    /// The cache is off (`[cache] enabled = false`).
+    #[default]
+    Off,
+}
+
+impl CacheOutcome {
+    /// The name in `lakegate.queries` and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::Miss => "miss",
+            Self::Bypass => "bypass",
+            Self::TooLarge => "too_large",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// Everything a cached answer depends on. Equality (not only the hash) decides a hit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    /// The statement itself, not its text: sqlparser prints some distinct string literals alike
+    /// (see lakegate_engines::dialect), and they must not share an answer.
+    statement: Statement,
+    params: Vec<ScalarValue>,
+    user: String,
+    time_zone: String,
+    search_path: Vec<String>,
+    /// `(schema, table, metadata location)` of every table read.
+    versions: Vec<(String, String, String)>,
+}
+
+impl CacheKey {
+    /// The key of `statement` with `params`, at these pins, for this session.
+    pub fn new(
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        pins: &Pins,
+        settings: &Settings,
+    ) -> Self {
+        let params = match params {
+            Some(ParamValues::List(values)) => values.iter().map(|v| v.value.clone()).collect(),
+            Some(ParamValues::Map(named)) => {
+                let mut named: Vec<_> = named.iter().collect();
+                named.sort_by(|a, b| a.0.cmp(b.0));
+                named
+                    .into_iter()
+                    .flat_map(|(k, v)| [ScalarValue::Utf8(Some(k.clone())), v.value.clone()])
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        Self {
+            statement: statement.clone(),
+            params,
+            user: settings.user.clone(),
+            time_zone: settings.time_zone.clone(),
+            search_path: settings.search_path.clone(),
+            versions: pins
+                .iter()
+                .map(|((s, t), r)| (s.clone(), t.clone(), r.metadata_location.clone()))
+                .collect(),
+        }
+    }
+}
+
 /// Why a statement computed by the cache was not stored.
 #[derive(Debug)]
 pub enum Uncached {
@@ -85,10 +167,10 @@ pub enum Uncached {
     Failed(Arc<crate::error::Error>),
 }
 
-/// The cache.
-pub struct ResultCache {
+/// The cache (`S` hashes keys; tests make it collide on purpose).
+pub struct ResultCache<S = RandomState> {
     config: CacheConfig,
-    store: moka::future::Cache<u64, Arc<CachedResult>>,
+    store: moka::future::Cache<CacheKey, Arc<CachedResult>, S>,
     stats: CacheStats,
 }
 
@@ -116,25 +198,7 @@ const VOLATILE: &[&str] = &[
 impl ResultCache {
     /// A cache with `config`'s bounds.
     pub fn new(config: CacheConfig) -> Self {
-        let store = moka::future::Cache::builder()
-            .max_capacity(config.max_bytes)
-            .weigher(|_k: &u64, v: &Arc<CachedResult>| u32::try_from(v.bytes).unwrap_or(u32::MAX))
-            .build();
-        Self {
-            config,
-            store,
-            stats: CacheStats::default(),
-        }
-    }
-
-    /// Whether caching is on.
-    pub fn enabled(&self) -> bool {
-        self.config.enabled
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> &CacheStats {
-        &self.stats
+        Self::with_hasher(config, RandomState::new())
     }
 
     /// Whether a statement's answer depends only on the tables it reads.
@@ -158,28 +222,32 @@ impl ResultCache {
         });
         volatile.is_continue()
     }
+}
 
-    /// The key of a statement at these pins, for this session.
-    pub fn key(
-        statement: &Statement,
-        params: Option<&ParamValues>,
-        pins: &Pins,
-        settings: &Settings,
-    ) -> u64 {
-        let mut h = DefaultHasher::new();
-        // The statement itself, not its text: sqlparser prints some distinct string literals
-        // alike (see lakegate_engines::dialect), and they must not share an answer.
-        statement.hash(&mut h);
-        format!("{params:?}").hash(&mut h);
-        settings.user.hash(&mut h);
-        settings.time_zone.hash(&mut h);
-        settings.search_path.hash(&mut h);
-        for ((schema, table), t) in pins.iter() {
-            schema.hash(&mut h);
-            table.hash(&mut h);
-            t.metadata_location.hash(&mut h);
+impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
+    /// A cache with `config`'s bounds whose keys are hashed by `hasher`.
+    pub fn with_hasher(config: CacheConfig, hasher: S) -> Self {
+        let store = moka::future::Cache::builder()
+            .max_capacity(config.max_bytes)
+            .weigher(|_k: &CacheKey, v: &Arc<CachedResult>| {
+                u32::try_from(v.bytes).unwrap_or(u32::MAX)
+            })
+            .build_with_hasher(hasher);
+        Self {
+            config,
+            store,
+            stats: CacheStats::default(),
         }
-        h.finish()
+    }
+
+    /// Whether caching is on.
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
     }
 
     /// The cached answer for `key`, computing it with `compute` on a miss. Concurrent callers with
@@ -190,7 +258,7 @@ impl ResultCache {
     /// statement itself, streaming), or the statement's own error.
     pub async fn get_or_compute<F>(
         &self,
-        key: u64,
+        key: CacheKey,
         compute: F,
     ) -> Result<Arc<CachedResult>, Arc<Uncached>>
     where
@@ -235,33 +303,6 @@ impl ResultCache {
     /// The per-entry size cap.
     pub fn max_entry_bytes(&self) -> u64 {
         self.config.max_entry_bytes
-    }
-
-    /// `lakegate.cache_stats`: one row per counter.
-    pub async fn stats_batch(&self, tokens: &lakegate_engines::lake::TokenStats) -> RecordBatch {
-        let mut rows = self.stats_values().await;
-        rows.extend([
-            ("token_lookups", tokens.lookups.load(Ordering::Relaxed)),
-            (
-                "token_lookup_micros_total",
-                tokens.lookup_micros.load(Ordering::Relaxed),
-            ),
-            (
-                "token_reused_within_staleness",
-                tokens.reused.load(Ordering::Relaxed),
-            ),
-        ]);
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("name", DataType::Utf8, false),
-            Field::new("value", DataType::Int64, false),
-        ]));
-        let names: StringArray = rows.iter().map(|(n, _)| Some(*n)).collect();
-        let values: Int64Array = rows
-            .iter()
-            .map(|(_, v)| Some(i64::try_from(*v).unwrap_or(i64::MAX)))
-            .collect();
-        RecordBatch::try_new(schema.clone(), vec![Arc::new(names), Arc::new(values)])
-            .unwrap_or_else(|_| RecordBatch::new_empty(schema))
     }
 
     /// The cache's counters and sizes by name (settled first: moka counts lazily).
@@ -324,20 +365,98 @@ mod tests {
         let s = parse("SELECT * FROM t WHERE id = $1");
         let pins = Pins::default();
         let base = Settings::default();
-        let p1 = ParamValues::List(vec![datafusion::scalar::ScalarValue::Int64(Some(1)).into()]);
-        let p2 = ParamValues::List(vec![datafusion::scalar::ScalarValue::Int64(Some(2)).into()]);
-        let k1 = ResultCache::key(&s, Some(&p1), &pins, &base);
-        assert_eq!(k1, ResultCache::key(&s, Some(&p1), &pins, &base));
-        assert_ne!(k1, ResultCache::key(&s, Some(&p2), &pins, &base));
+        let p1 = ParamValues::List(vec![ScalarValue::Int64(Some(1)).into()]);
+        let p2 = ParamValues::List(vec![ScalarValue::Int64(Some(2)).into()]);
+        let k1 = CacheKey::new(&s, Some(&p1), &pins, &base);
+        assert_eq!(k1, CacheKey::new(&s, Some(&p1), &pins, &base));
+        assert_ne!(k1, CacheKey::new(&s, Some(&p2), &pins, &base));
         let paris = Settings {
             time_zone: "Europe/Paris".into(),
             ..Settings::default()
         };
-        assert_ne!(k1, ResultCache::key(&s, Some(&p1), &pins, &paris));
+        assert_ne!(k1, CacheKey::new(&s, Some(&p1), &pins, &paris));
         let other_user = Settings {
             user: "bob".into(),
             ..Settings::default()
         };
-        assert_ne!(k1, ResultCache::key(&s, Some(&p1), &pins, &other_user));
+        assert_ne!(k1, CacheKey::new(&s, Some(&p1), &pins, &other_user));
+    }
+
+    /// Every key hashes alike: only full-key equality can tell entries apart.
+    #[derive(Clone, Default)]
+    struct Colliding;
+
+    impl BuildHasher for Colliding {
+        type Hasher = Zero;
+        fn build_hasher(&self) -> Zero {
+            Zero
+        }
+    }
+
+    struct Zero;
+
+    impl std::hash::Hasher for Zero {
+        fn finish(&self) -> u64 {
+            0
+        }
+        fn write(&mut self, _bytes: &[u8]) {}
+    }
+
+    fn answer(n: i64) -> CachedResult {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("n", arrow::datatypes::DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(arrow::array::Int64Array::from(vec![n]))],
+        )
+        .expect("batch");
+        CachedResult {
+            schema,
+            bytes: batch.get_array_memory_size() as u64,
+            batches: vec![batch],
+        }
+    }
+
+    #[tokio::test]
+    async fn keys_that_hash_alike_never_share_an_answer() {
+        let cache = ResultCache::with_hasher(CacheConfig::default(), Colliding);
+        let settings = Settings::default();
+        let key = |user: &str, sql: &str| {
+            CacheKey::new(
+                &parse(sql),
+                None,
+                &Pins::default(),
+                &Settings {
+                    user: user.into(),
+                    ..settings.clone()
+                },
+            )
+        };
+        let first = cache
+            .get_or_compute(key("alice", "SELECT 1"), async { Ok(answer(1)) })
+            .await
+            .expect("computed");
+        // Same hash, another user: computed again, not alice's rows.
+        let other = cache
+            .get_or_compute(key("bob", "SELECT 1"), async { Ok(answer(2)) })
+            .await
+            .expect("computed");
+        let value = |r: &CachedResult| {
+            r.batches[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .expect("int")
+                .value(0)
+        };
+        assert_eq!((value(&first), value(&other)), (1, 2));
+        // And a repeat of alice's is a hit on her entry.
+        let again = cache
+            .get_or_compute(key("alice", "SELECT 1"), async { Ok(answer(3)) })
+            .await
+            .expect("hit");
+        assert_eq!(value(&again), 1);
+        assert_eq!(cache.stats().hits.load(Ordering::Relaxed), 1);
     }
 }

@@ -27,6 +27,12 @@ pub struct LimitsConfig {
     /// its own.
     #[serde(with = "humantime_serde")]
     pub idle_in_transaction_timeout: std::time::Duration,
+    /// Each session's starting `statement_timeout`, over pgwire and Flight SQL alike: a
+    /// statement still planning or streaming after this long is cancelled (57014). A pgwire
+    /// session may `SET statement_timeout`; a Flight SQL call may send the
+    /// `x-lakegate-statement-timeout` header (0: no limit).
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: std::time::Duration,
     /// Statements whose calls or subqueries nest deeper are refused before parsing (54001):
     /// sqlparser's time doubles with each level (14 deep: ~0.2 s at worst; 20: seconds).
     pub max_call_nesting: usize,
@@ -40,6 +46,7 @@ impl Default for LimitsConfig {
             shutdown_grace: std::time::Duration::from_secs(30),
             max_result_bytes: 0,
             idle_in_transaction_timeout: std::time::Duration::ZERO,
+            statement_timeout: std::time::Duration::ZERO,
             max_call_nesting: 14,
         }
     }

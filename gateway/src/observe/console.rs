@@ -6,9 +6,11 @@
 
 use serde_json::{Value, json};
 
+use lakegate_engines::Lake;
+use lakegate_maintenance::Maintainer;
+
+use super::history::{QueryHistory, QueryRecord};
 use crate::error::{Error, Result};
-use crate::history::QueryRecord;
-use crate::service::GatewayService;
 
 /// The console page.
 pub const PAGE: &str = include_str!("console/index.html");
@@ -36,20 +38,23 @@ fn reads(r: &QueryRecord, key: &str) -> bool {
 ///
 /// # Errors
 /// An unknown table; catalog errors.
-pub async fn table_detail(service: &GatewayService, name: &str) -> Result<Value> {
+pub async fn table_detail(
+    lake: &Lake,
+    maintainer: &Maintainer,
+    queries: &QueryHistory,
+    name: &str,
+) -> Result<Value> {
     let (ns, table) = name.rsplit_once('.').ok_or_else(|| Error::Unsupported {
         what: format!("`{name}`: name a table as namespace.table"),
     })?;
     // A fresh lookup: the console shows a commit within one refresh.
-    let resolved = service
-        .lake()
+    let resolved = lake
         .resolve_within(ns, table, std::time::Duration::ZERO)
         .await?;
-    let assessment = service.maintainer().assess(ns, table).await?;
+    let assessment = maintainer.assess(ns, table).await?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let current = resolved.table.metadata().current_snapshot().cloned();
-    let history: Vec<QueryRecord> = service
-        .history()
+    let history: Vec<QueryRecord> = queries
         .all()
         .into_iter()
         .filter(|r| reads(r, name))
@@ -65,8 +70,7 @@ pub async fn table_detail(service: &GatewayService, name: &str) -> Result<Value>
     });
     let recent: Vec<f64> = history.iter().rev().take(50).map(|r| r.millis).collect();
     let answer_p50 = median(recent.clone());
-    let operations: Vec<Value> = service
-        .maintainer()
+    let operations: Vec<Value> = maintainer
         .log()
         .all()
         .into_iter()
@@ -95,8 +99,7 @@ pub async fn table_detail(service: &GatewayService, name: &str) -> Result<Value>
             v
         })
         .collect();
-    let trend: Vec<Value> = service
-        .maintainer()
+    let trend: Vec<Value> = maintainer
         .trend(name)
         .into_iter()
         .map(|(at, score, files)| json!({"at_ms": at, "score": score, "files": files}))
@@ -119,12 +122,21 @@ pub async fn table_detail(service: &GatewayService, name: &str) -> Result<Value>
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn medians_and_table_matching() {
         assert_eq!(super::median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(super::median(vec![]), None);
-        let h = crate::history::QueryHistory::new(4);
-        let mut p = h.start("u", "pg", "q");
+        let h = QueryHistory::new(4);
+        let ctx = crate::service::context::StatementContext::new(
+            h.next_id(),
+            "u",
+            crate::service::context::Frontend::Pg,
+            tokio_util::sync::CancellationToken::new(),
+            None,
+        );
+        let mut p = h.start(&ctx, "q");
         p.record.snapshots = "public.orders@1,public.customers@2".into();
         let r = p.record.clone();
         assert!(super::reads(&r, "public.customers"));

@@ -1,0 +1,320 @@
+//! The extended protocol: Parse (the statement planned and described — the same plan Execute
+//! will make, so a refused statement is refused here), Describe (also of SQL cursors), Bind
+//! and a streaming Execute.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::{Sink, SinkExt, StreamExt};
+use lakegate_engines::engine::Described;
+use pgwire::api::portal::{Format, Portal, PortalExecutionState};
+use pgwire::api::query::{ExtendedQueryHandler, send_describe_response, send_execution_response};
+use pgwire::api::results::{DescribePortalResponse, FieldInfo, Response, Tag};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, DEFAULT_NAME, PgWireConnectionState, Type};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
+
+use super::encode::{fields, format_options};
+use super::handler::{
+    PgQueryHandler, aborted, cancel_token, ends_transaction, pg_error, session_of, to_pg_error,
+};
+use crate::error::Error;
+use crate::service::GatewayService;
+
+/// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls
+/// whose argument types it could not infer (SQLAlchemy's `pg_get_constraintdef(oid, $1)`).
+fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
+    use datafusion::sql::sqlparser::ast::{
+        DataType as SqlType, Expr, Value, visit_expressions_mut,
+    };
+    if types.iter().all(Option::is_none) {
+        return;
+    }
+    let sql_type = |t: &Type| -> Option<SqlType> {
+        Some(match *t {
+            Type::BOOL => SqlType::Boolean,
+            Type::INT2 => SqlType::SmallInt(None),
+            Type::INT4 => SqlType::Int(None),
+            Type::INT8 => SqlType::BigInt(None),
+            Type::FLOAT4 => SqlType::Real,
+            Type::FLOAT8 => SqlType::DoublePrecision,
+            Type::TEXT | Type::VARCHAR => SqlType::Text,
+            Type::DATE => SqlType::Date,
+            _ => return None,
+        })
+    };
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Expr::Value(v) = expr
+            && let Value::Placeholder(p) = &v.value
+            && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
+            && let Some(Some(t)) = types.get(n.wrapping_sub(1))
+            && let Some(data_type) = sql_type(t)
+        {
+            *expr = Expr::Cast {
+                kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+                array: false,
+                expr: Box::new(expr.clone()),
+                data_type,
+                format: None,
+            };
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// A statement prepared by Parse: its SQL, AST and description.
+#[derive(Debug, Clone)]
+pub struct PgStatement {
+    statement: Option<Statement>,
+    described: Option<Described>,
+}
+
+/// Parses and describes statements for the extended protocol.
+pub struct PgParser {
+    pub(super) service: Arc<GatewayService>,
+}
+
+#[async_trait]
+impl QueryParser for PgParser {
+    type Statement = PgStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Self::Statement>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = self.service.parse(sql).map_err(pg_error)?;
+        if statements.len() > 1 {
+            return Err(to_pg_error(&Error::Syntax {
+                message: "cannot insert multiple commands into a prepared statement".into(),
+            }));
+        }
+        let Some(mut statement) = statements.pop() else {
+            return Ok(PgStatement {
+                statement: None,
+                described: None,
+            });
+        };
+        type_placeholders(&mut statement, types);
+        let session = session_of(client);
+        let described = if client.transaction_status() == TransactionStatus::Error {
+            None
+        } else {
+            let mut session = session.lock().await;
+            let ctx = self.service.context(&session, cancel_token(client));
+            self.service
+                .describe(&statement, &mut session, &ctx)
+                .await
+                .map_err(pg_error)?
+        };
+        Ok(PgStatement {
+            statement: Some(statement),
+            described,
+        })
+    }
+
+    fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        let Some(described) = &stmt.described else {
+            return Ok(vec![]);
+        };
+        described
+            .param_types
+            .iter()
+            .map(|t| match t {
+                Some(t) => arrow_pg::datatypes::into_pg_type(t),
+                None => Ok(Type::UNKNOWN),
+            })
+            .collect()
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match &stmt.described {
+            Some(d) => fields(
+                &d.schema,
+                column_format.unwrap_or(&Format::UnifiedText),
+                Arc::new(pgwire::types::format::FormatOptions::default()),
+            ),
+            None => Ok(vec![]),
+        }
+    }
+}
+
+impl PgQueryHandler {
+    async fn execute_streaming<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<PgStatement>,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = PgStatement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let response = <Self as ExtendedQueryHandler>::do_query(self, client, portal, 0).await?;
+        let mut status = client.transaction_status();
+        match response {
+            Response::Query(mut rows) => {
+                let tag = rows.command_tag().to_string();
+                let mut count = 0usize;
+                while let Some(row) = rows.data_rows().next().await {
+                    client.feed(PgWireBackendMessage::DataRow(row?)).await?;
+                    count += 1;
+                }
+                let done = Tag::new(&tag).with_rows(count);
+                client
+                    .send(PgWireBackendMessage::CommandComplete(done.into()))
+                    .await?;
+            }
+            Response::EmptyQuery => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
+            }
+            Response::Execution(tag) => send_execution_response(client, tag).await?,
+            Response::TransactionStart(tag) => {
+                send_execution_response(client, tag).await?;
+                status = status.to_in_transaction_state();
+            }
+            Response::TransactionEnd(tag) => {
+                send_execution_response(client, tag).await?;
+                status = status.to_idle_state();
+                client.portal_store().rm_portal(DEFAULT_NAME);
+            }
+            Response::Error(e) => {
+                client
+                    .send(PgWireBackendMessage::ErrorResponse((*e).into()))
+                    .await?;
+                status = status.to_error_state();
+            }
+            Response::CopyIn(_) | Response::CopyOut(_) | Response::CopyBoth(_) => {
+                return Err(to_pg_error(&Error::Unsupported {
+                    what: "COPY is not supported".into(),
+                }));
+            }
+        }
+        client.set_transaction_status(status);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for PgQueryHandler {
+    type Statement = PgStatement;
+    type QueryParser = PgParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    /// Execute without a row limit streams rows straight to the socket as batches arrive
+    /// (pgwire's default collects the whole result first). With a row limit, pgwire's portal
+    /// suspension is used as is: it holds at most that many rows.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME).to_string();
+        let Some(portal) = client.portal_store().get_portal(&name) else {
+            return Err(PgWireError::PortalNotFound(name));
+        };
+        let fresh = matches!(*portal.state().lock().await, PortalExecutionState::Initial);
+        if message.max_rows > 0 || !fresh {
+            return self._on_execute(client, message).await;
+        }
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let result = self.execute_streaming(client, &portal).await;
+        *portal.state().lock().await = PortalExecutionState::Finished;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        result
+    }
+
+    /// Describe of a portal also finds SQL cursors opened by `DECLARE` (psycopg's named
+    /// cursors describe them this way).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            let name = message.name.as_deref().unwrap_or("");
+            if client.portal_store().get_portal(name).is_none() {
+                let cell = session_of(client);
+                let session = cell.lock().await;
+                if let Some(schema) = session.cursor_schema(name) {
+                    let fields = fields(&schema, &Format::UnifiedText, format_options(&session))?;
+                    drop(session);
+                    send_describe_response(client, &DescribePortalResponse::new(fields)).await?;
+                    return Ok(());
+                }
+            }
+        }
+        self._on_describe(client, message).await
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let stored: &StoredStatement<PgStatement> = &portal.statement;
+        let Some(statement) = &stored.statement.statement else {
+            return Ok(Response::EmptyQuery);
+        };
+        if client.transaction_status() == TransactionStatus::Error && !ends_transaction(statement) {
+            return Err(aborted());
+        }
+        let types: Vec<Option<&arrow::datatypes::DataType>> = stored
+            .statement
+            .described
+            .as_ref()
+            .map(|d| d.param_types.iter().map(Option::as_ref).collect())
+            .unwrap_or_default();
+        let params = if portal.parameter_len() > 0 {
+            Some(arrow_pg::datatypes::df::deserialize_parameters(
+                portal, &types,
+            )?)
+        } else {
+            None
+        };
+        self.run(
+            client,
+            statement,
+            params.as_ref(),
+            &portal.result_column_format,
+        )
+        .await
+        .map_err(|e| to_pg_error(&e))
+    }
+}

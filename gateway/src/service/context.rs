@@ -1,0 +1,241 @@
+//! The per-statement context every frontend fills the same way: who asks (user, the routing
+//! group the session asked for), where from, the query id that names the statement in logs and
+//! history, and how it stops early — a cancel token (a pgwire CancelRequest, a dropped Flight
+//! call) and a deadline (`statement_timeout`, over pgwire and Flight SQL alike).
+//!
+//! The service applies both itself: planning and engine start-up run under [`StatementContext::guard`],
+//! and the rows under [`StatementContext::bound`], so a frontend only has to fill the context.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+
+/// The wire a statement came over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Frontend {
+    /// The PostgreSQL wire protocol.
+    Pg,
+    /// Arrow Flight SQL.
+    Flight,
+    /// In-process (`lakegate exec`, `lakegate route`).
+    #[default]
+    Local,
+}
+
+impl Frontend {
+    /// The name in metrics and `lakegate.queries`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pg => "pg",
+            Self::Flight => "flight",
+            Self::Local => "local",
+        }
+    }
+}
+
+/// Why a statement stopped before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// A cancel request (or the client went away).
+    Canceled,
+    /// `statement_timeout` passed.
+    TimedOut,
+}
+
+impl Interrupt {
+    /// The error a client receives (57014 either way, with PostgreSQL's wording).
+    pub fn error(self) -> Error {
+        match self {
+            Self::Canceled => Error::Canceled,
+            Self::TimedOut => Error::Engine(lakegate_engines::Error::TimedOut),
+        }
+    }
+
+    fn engine_error(self) -> DataFusionError {
+        match self {
+            Self::Canceled => lakegate_engines::Error::Canceled,
+            Self::TimedOut => lakegate_engines::Error::TimedOut,
+        }
+        .into_datafusion()
+    }
+}
+
+/// One statement's context.
+#[derive(Debug, Clone)]
+pub struct StatementContext {
+    /// The id naming this statement in traces, `lakegate.queries` and the history file.
+    pub query_id: u64,
+    /// The authenticated user.
+    pub user: String,
+    /// The frontend it came through.
+    pub frontend: Frontend,
+    /// The routing group the session asked for (`None`: the rules decide).
+    pub group: Option<String>,
+    /// The engine the session pinned (`None`: the router chooses).
+    pub engine: Option<String>,
+    /// `statement_timeout` (`None`: none).
+    pub timeout: Option<Duration>,
+    deadline: Option<Instant>,
+    cancel: CancellationToken,
+}
+
+impl StatementContext {
+    /// A context for a statement starting now; `cancel` stops it from outside.
+    pub fn new(
+        query_id: u64,
+        user: &str,
+        frontend: Frontend,
+        cancel: CancellationToken,
+        timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            query_id,
+            user: user.to_string(),
+            frontend,
+            group: None,
+            engine: None,
+            timeout,
+            deadline: timeout.map(|t| Instant::now() + t),
+            cancel,
+        }
+    }
+
+    /// The same context asking for routing group `group` and engine `engine`.
+    pub fn with_routing(mut self, group: Option<&str>, engine: Option<&str>) -> Self {
+        self.group = group.map(str::to_string);
+        self.engine = engine.map(str::to_string);
+        self
+    }
+
+    /// Resolves once the statement is cancelled or past its deadline.
+    fn interrupted(&self) -> Pin<Box<dyn Future<Output = Interrupt> + Send + 'static>> {
+        let (cancel, deadline) = (self.cancel.clone(), self.deadline);
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => Interrupt::Canceled,
+                () = sleep_until(deadline) => Interrupt::TimedOut,
+            }
+        })
+    }
+
+    /// Runs `work`, giving up (and dropping it, which stops it) at a cancel or the deadline.
+    ///
+    /// # Errors
+    /// `work`'s own, or 57014 when interrupted.
+    pub async fn guard<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::select! {
+            biased;
+            why = self.interrupted() => Err(why.error()),
+            done = work => done,
+        }
+    }
+
+    /// `stream`, ending with 57014 at a cancel or the deadline; the engine's stream is dropped
+    /// then, which stops the query.
+    pub fn bound(&self, stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+        let schema = stream.schema();
+        let state = (Some(stream), self.interrupted());
+        let bounded = futures::stream::unfold(state, |(stream, mut stop)| async move {
+            let mut stream = stream?;
+            tokio::select! {
+                biased;
+                why = &mut stop => Some((Err(why.engine_error()), (None, stop))),
+                next = stream.next() => next.map(|item| (item, (Some(stream), stop))),
+            }
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, bounded.fuse()))
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+
+    fn endless() -> SendableRecordBatchStream {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![1]))])
+            .expect("batch");
+        let rows = futures::stream::repeat_with(move || Ok(batch.clone())).then(|b| async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            b
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+    }
+
+    #[tokio::test]
+    async fn a_deadline_ends_planning_and_streaming_with_a_timeout() {
+        let ctx = StatementContext::new(
+            1,
+            "u",
+            Frontend::Flight,
+            CancellationToken::new(),
+            Some(Duration::from_millis(50)),
+        );
+        let slow = ctx
+            .guard(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok(())
+            })
+            .await;
+        assert!(matches!(
+            slow,
+            Err(Error::Engine(lakegate_engines::Error::TimedOut))
+        ));
+        let mut rows = ctx.bound(endless());
+        let mut seen = 0;
+        let last = loop {
+            match rows.next().await {
+                Some(Ok(_)) => seen += 1,
+                other => break other,
+            }
+        };
+        assert!(
+            matches!(last, Some(Err(ref e)) if e.to_string().contains("statement timeout")),
+            "{last:?}"
+        );
+        assert!(
+            rows.next().await.is_none(),
+            "the stream ends after the error"
+        );
+        assert!(seen < 50, "{seen} batches before the deadline");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_stops_the_rows_and_no_deadline_never_fires() {
+        let cancel = CancellationToken::new();
+        let ctx = StatementContext::new(2, "u", Frontend::Pg, cancel.clone(), None);
+        assert_eq!(ctx.guard(async { Ok(7) }).await.expect("runs"), 7);
+        let mut rows = ctx.bound(endless());
+        assert!(matches!(rows.next().await, Some(Ok(_))));
+        cancel.cancel();
+        let next = rows.next().await;
+        assert!(
+            matches!(next, Some(Err(ref e)) if e.to_string().contains("user request")),
+            "{next:?}"
+        );
+        assert!(rows.next().await.is_none());
+    }
+}

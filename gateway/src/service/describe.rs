@@ -1,0 +1,68 @@
+//! What a planned query takes and returns, without running it: the embedded planner describes
+//! the statement the engines will run (masks applied), at the plan's table versions. Every
+//! other engine's answer is cast to this schema, so a client sees one type per column whichever
+//! engine answered. Descriptions are cached by their full key (statement, versions, session):
+//! a repeated Parse of an unchanged query (every pgbench or JDBC execution) skips planning.
+
+use arrow::datatypes::SchemaRef;
+use lakegate_engines::EngineRequest;
+use lakegate_engines::engine::Described;
+
+use super::GatewayService;
+use super::cache::CacheKey;
+use super::output_names;
+use super::plan::Plan;
+use crate::error::Result;
+
+impl GatewayService {
+    /// The client's view of `plan`: parameter types and the result's columns, with
+    /// PostgreSQL's output names.
+    ///
+    /// # Errors
+    /// Planning errors of the statement.
+    pub(crate) async fn description(&self, plan: &Plan) -> Result<Described> {
+        let mut described = self.planned(plan).await?;
+        if let Some(names) = &plan.names {
+            described.schema = output_names::rename_schema(&described.schema, names);
+        }
+        Ok(described)
+    }
+
+    /// The schema the planner promises for `plan`'s statement as the engines run it (before
+    /// renaming to the output names).
+    ///
+    /// # Errors
+    /// Planning errors of the statement.
+    pub(crate) async fn promised_schema(&self, plan: &Plan) -> Result<SchemaRef> {
+        Ok(self.planned(plan).await?.schema)
+    }
+
+    async fn planned(&self, plan: &Plan) -> Result<Described> {
+        let statement = plan.runs();
+        let resolved = &plan.resolved;
+        // System tables change on every read: their descriptions are not kept.
+        let key = resolved
+            .system_tables
+            .is_empty()
+            .then(|| CacheKey::new(statement, None, &resolved.pins, &plan.settings));
+        if let Some(k) = &key
+            && let Some(hit) = self.described.get(k).await
+        {
+            return Ok(hit);
+        }
+        let request = EngineRequest {
+            statement,
+            params: None,
+            pins: &resolved.pins,
+            settings: &plan.settings,
+            system_tables: &resolved.system_tables,
+            promised: None,
+            lists_catalog: resolved.catalog,
+        };
+        let described = self.engines.planner.describe(request).await?;
+        if let Some(k) = key {
+            self.described.insert(k, described.clone()).await;
+        }
+        Ok(described)
+    }
+}

@@ -1,0 +1,387 @@
+//! The protocol-neutral query service every frontend calls. It reads like the pipeline:
+//!
+//! ```text
+//! frontend ─ parse ─▶ GatewayService::describe / execute (statement, params, session, ctx)
+//!   query ──▶ plan     references → profile → group → access → resolve → masks
+//!                      → scan estimate → guardrail → candidates          (plan.rs)
+//!             describe the planner's schema for the plan                 (describe.rs)
+//!             execute  history → cache or run → limits → cancel/deadline (query.rs, cache.rs)
+//!                      run: admission → first engine that answers        (run.rs)
+//!   SET/SHOW/RESET, BEGIN/COMMIT, DECLARE/FETCH/CLOSE, EXPLAIN ROUTE     (hooks/)
+//!   lakegate.* tables                                                    (system/)
+//! ```
+//!
+//! - [`context`] — the per-statement context (query id, user, deadline, cancel).
+//! - [`parse`] — SQL text → statements, with the rewrites BI tools need.
+//! - [`plan`] — the one plan every query goes through.
+//! - [`describe`], [`query`], [`run`], [`cache`]: describing and answering a plan.
+//! - [`heat`] — what queries read, for the maintenance loop.
+//! - [`engines`] — the engine registry.
+//! - [`output_names`] — PostgreSQL's names for result columns.
+
+pub mod cache;
+#[cfg(test)]
+mod classify_tests;
+pub mod context;
+mod describe;
+pub mod engines;
+mod heat;
+pub mod hooks;
+pub mod output_names;
+pub mod parse;
+pub mod plan;
+#[cfg(test)]
+mod plan_tests;
+pub(crate) mod query;
+mod run;
+pub mod system;
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::sql::sqlparser::ast::Statement;
+use lakegate_engines::engine::Described;
+use lakegate_engines::{Lake, Pins, Settings};
+use lakegate_maintenance::Maintainer;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, field::Empty};
+
+pub use cache::{CacheConfig, CacheOutcome, ResultCache};
+pub use context::{Frontend, StatementContext};
+pub use engines::Engines;
+
+use crate::classify::{self, StatementKind};
+use crate::error::Result;
+use crate::observe::history::QueryHistory;
+use crate::routing::Router;
+use crate::security::Security;
+use crate::session::Session;
+use cache::CacheKey;
+use hooks::{explain, settings, transaction};
+use parse::{Parser, explain_route_target};
+
+/// What a statement produced.
+pub enum QueryOutput {
+    /// Rows, streamed. `tag` is the command tag verb (`SELECT`, `FETCH`, `SHOW`).
+    Rows {
+        /// The result.
+        stream: SendableRecordBatchStream,
+        /// Command tag verb.
+        tag: &'static str,
+    },
+    /// A command without rows.
+    Command(Command),
+}
+
+/// A completed command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    /// The command tag (`SET`, `BEGIN`, `DECLARE CURSOR`, ...).
+    pub tag: String,
+    /// What it did to the transaction state.
+    pub transaction: TransactionEffect,
+    /// A setting that changed and should be reported to the client (name, value).
+    pub changed_setting: Option<(String, String)>,
+}
+
+/// How a command moves the transaction state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionEffect {
+    /// None.
+    None,
+    /// `BEGIN`.
+    Begin,
+    /// `COMMIT` / `ROLLBACK`.
+    End,
+}
+
+impl Command {
+    fn new(tag: impl Into<String>) -> Self {
+        Self {
+            tag: tag.into(),
+            transaction: TransactionEffect::None,
+            changed_setting: None,
+        }
+    }
+}
+
+/// The gateway's query pipeline.
+pub struct GatewayService {
+    lake: Arc<Lake>,
+    engines: Engines,
+    parser: Parser,
+    cache: ResultCache,
+    /// Descriptions by full key (statement, table versions, session).
+    described: moka::future::Cache<CacheKey, Described>,
+    history: Arc<QueryHistory>,
+    router: Arc<Router>,
+    /// Pruned scan estimates by (metadata location, predicate): planning files is per table
+    /// version and filter, not per execution.
+    estimates: moka::future::Cache<String, u64>,
+    /// The maintenance loop (health, heat, operations).
+    maintainer: Arc<Maintainer>,
+    /// Who may read what.
+    security: Security,
+}
+
+/// What a [`GatewayService`] is built from.
+pub struct ServiceParts {
+    /// The lake.
+    pub lake: Arc<Lake>,
+    /// The engines.
+    pub engines: Engines,
+    /// `[cache]`.
+    pub cache: CacheConfig,
+    /// The router.
+    pub router: Arc<Router>,
+    /// The query history.
+    pub history: Arc<QueryHistory>,
+    /// The maintenance loop.
+    pub maintainer: Arc<Maintainer>,
+    /// Authentication, access rules, masks, result limits.
+    pub security: Security,
+    /// `[limits] max_call_nesting`.
+    pub max_call_nesting: usize,
+}
+
+impl GatewayService {
+    /// A service over `parts`.
+    pub fn new(parts: ServiceParts) -> Self {
+        Self {
+            lake: parts.lake,
+            engines: parts.engines,
+            parser: Parser::new(parts.max_call_nesting),
+            cache: ResultCache::new(parts.cache),
+            described: moka::future::Cache::new(10_000),
+            history: parts.history,
+            router: parts.router,
+            estimates: moka::future::Cache::new(10_000),
+            maintainer: parts.maintainer,
+            security: parts.security,
+        }
+    }
+
+    /// Who may connect.
+    pub fn auth(&self) -> &Arc<crate::security::auth::Auth> {
+        &self.security.auth
+    }
+
+    /// Who may read what.
+    pub fn security(&self) -> &Security {
+        &self.security
+    }
+
+    /// The maintenance loop.
+    pub fn maintainer(&self) -> &Arc<Maintainer> {
+        &self.maintainer
+    }
+
+    /// The router.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// The query history.
+    pub fn history(&self) -> &Arc<QueryHistory> {
+        &self.history
+    }
+
+    /// The lake.
+    pub fn lake(&self) -> &Arc<Lake> {
+        &self.lake
+    }
+
+    /// The engines.
+    pub fn engines(&self) -> &Engines {
+        &self.engines
+    }
+
+    /// The result cache.
+    pub fn cache(&self) -> &ResultCache {
+        &self.cache
+    }
+
+    /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).
+    ///
+    /// # Errors
+    /// 42601 syntax errors, 54001 statements nested too deep.
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        self.parser.parse(sql)
+    }
+
+    /// The context of a statement `session` starts now: a fresh query id, the session's user,
+    /// routing choices and `statement_timeout`; `cancel` stops it from outside.
+    pub fn context(&self, session: &Session, cancel: CancellationToken) -> StatementContext {
+        StatementContext::new(
+            self.history.next_id(),
+            session.user(),
+            session.frontend(),
+            cancel,
+            session.statement_timeout(),
+        )
+        .with_routing(session.pinned_group(), session.pinned_engine())
+    }
+
+    /// The session's engine settings, with the catalog view its access rules allow.
+    fn engine_settings(&self, session: &Session) -> Settings {
+        let mut settings = session.engine_settings();
+        settings.visible = self.security.visibility(session.user());
+        settings
+    }
+
+    /// What a statement takes and returns, without running it (`None`: it returns no rows).
+    /// Queries are planned exactly as Execute plans them, so a statement Execute would refuse
+    /// (42501, 54000, ...) is refused here too, before anything of its tables is described.
+    ///
+    /// # Errors
+    /// Planning errors, refused statements.
+    #[tracing::instrument(name = "describe", skip_all, fields(query_id = ctx.query_id, frontend = ctx.frontend.name()))]
+    pub async fn describe(
+        &self,
+        statement: &Statement,
+        session: &mut Session,
+        ctx: &StatementContext,
+    ) -> Result<Option<Described>> {
+        if let Some(target) = explain_route_target(statement) {
+            self.explain_plan(target, session, ctx).await?;
+            return Ok(Some(explain::described()));
+        }
+        match classify::kind(statement) {
+            StatementKind::Query => {
+                let settings = self.engine_settings(session);
+                let plan = ctx.guard(self.plan(statement, None, settings, ctx)).await?;
+                Ok(Some(ctx.guard(self.description(&plan)).await?))
+            }
+            StatementKind::Session => Ok(settings::describe(statement)),
+            StatementKind::Cursor => match statement {
+                Statement::Fetch { name, .. } => Ok(Some(Described {
+                    param_types: vec![],
+                    schema: session.cursor(&name.value)?.schema.clone(),
+                })),
+                // The declared queries are planned (and refused) as their DECLARE would.
+                Statement::Declare { stmts } => {
+                    for query in stmts.iter().filter_map(|d| d.for_query.as_ref()) {
+                        let settings = self.engine_settings(session);
+                        let query = Statement::Query(query.clone());
+                        ctx.guard(self.plan(&query, None, settings, ctx)).await?;
+                    }
+                    Ok(None)
+                }
+                _ => Ok(None),
+            },
+            StatementKind::Transaction => Ok(None),
+            StatementKind::Write(verb) => Err(hooks::read_only(verb)),
+            StatementKind::Other => Err(hooks::unsupported(statement)),
+        }
+    }
+
+    /// Runs one statement for `session`.
+    ///
+    /// # Errors
+    /// Any failure of parsing, resolution, planning or execution, as a gateway
+    /// [`crate::Error`]; 57014 when cancelled or past `statement_timeout`.
+    pub async fn execute(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &mut Session,
+        ctx: &StatementContext,
+    ) -> Result<QueryOutput> {
+        let span = tracing::info_span!(
+            "statement",
+            query_id = ctx.query_id,
+            frontend = ctx.frontend.name(),
+            kind = Empty,
+            group = Empty,
+            route = Empty,
+            engine = Empty,
+            cache = Empty,
+            plan_us = Empty,
+            first_batch_us = Empty,
+        );
+        self.execute_in_span(statement, params, session, ctx)
+            .instrument(span)
+            .await
+    }
+
+    async fn execute_in_span(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &mut Session,
+        ctx: &StatementContext,
+    ) -> Result<QueryOutput> {
+        if let Some(target) = explain_route_target(statement) {
+            return self.explain_route(target, session, ctx).await;
+        }
+        let kind = classify::kind(statement);
+        tracing::Span::current().record("kind", kind.name());
+        match kind {
+            StatementKind::Query => {
+                // `set_config()` may change the routing the context was made with.
+                let refreshed;
+                let ctx = if settings::apply_set_config(statement, session)? {
+                    refreshed = ctx
+                        .clone()
+                        .with_routing(session.pinned_group(), session.pinned_engine());
+                    &refreshed
+                } else {
+                    ctx
+                };
+                let stream = self
+                    .query(statement, params, session, ctx, query::Reading::Statement)
+                    .await?;
+                Ok(QueryOutput::Rows {
+                    stream,
+                    tag: "SELECT",
+                })
+            }
+            StatementKind::Session => self.session_statement(statement, session),
+            StatementKind::Transaction => Ok(transaction::run(statement, session)),
+            StatementKind::Cursor => self.cursor_statement(statement, params, session, ctx).await,
+            StatementKind::Write(verb) => Err(hooks::read_only(verb)),
+            StatementKind::Other => Err(hooks::unsupported(statement)),
+        }
+    }
+
+    /// Every namespace and table in the lake, as of now (for metadata APIs).
+    ///
+    /// # Errors
+    /// When the catalog fails.
+    pub async fn directory(&self) -> Result<lakegate_engines::lake::Directory> {
+        Ok(self.lake.directory().await?)
+    }
+
+    /// The namespaces and tables `user` may read (all of them without access rules).
+    ///
+    /// # Errors
+    /// When the catalog fails.
+    pub async fn directory_for(&self, user: &str) -> Result<lakegate_engines::lake::Directory> {
+        let directory = self.lake.directory().await?;
+        Ok(match self.security.visibility(user) {
+            Some(v) => directory.filtered(|ns, t| (v.allows)(ns, t)),
+            None => directory,
+        })
+    }
+
+    /// The current Arrow schema of `schema.table`.
+    ///
+    /// # Errors
+    /// Unknown table, catalog failures.
+    pub async fn table_schema(&self, schema: &str, table: &str) -> Result<SchemaRef> {
+        Ok(self.lake.resolve(schema, table).await?.schema)
+    }
+}
+
+/// `schema.table@snapshot` of every pinned table (`@empty`: no snapshot yet).
+pub(crate) fn snapshot_list(pins: &Pins, separator: &str) -> String {
+    pins.iter()
+        .map(|((schema, table), t)| match t.snapshot_id {
+            Some(id) => format!("{schema}.{table}@{id}"),
+            None => format!("{schema}.{table}@empty"),
+        })
+        .collect::<Vec<_>>()
+        .join(separator)
+}

@@ -1,0 +1,192 @@
+//! Parsing: SQL text → statements, PostgreSQL dialect, with the rewrites the tools' SQL needs
+//! before anything else sees it (`EXPLAIN ROUTE`, catalog type casts, recursive CTE column
+//! lists). Statements nested past `limits.max_call_nesting` are refused before the parser runs
+//! (its time doubles with each level).
+
+use datafusion::sql::sqlparser::ast::{Expr, Statement};
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+
+use crate::error::{Error, Result};
+
+/// The gateway's parser.
+pub struct Parser {
+    inner: PostgresCompatibilityParser,
+    max_call_nesting: usize,
+}
+
+impl Parser {
+    /// A parser refusing calls nested deeper than `max_call_nesting`.
+    pub fn new(max_call_nesting: usize) -> Self {
+        Self {
+            inner: PostgresCompatibilityParser::new(),
+            max_call_nesting,
+        }
+    }
+
+    /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).
+    ///
+    /// # Errors
+    /// [`Error::Syntax`], [`Error::TooComplex`].
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        if let Some(depth) = lakegate_sql::nesting::call_depth(sql)
+            && depth > self.max_call_nesting
+        {
+            return Err(Error::TooComplex {
+                depth,
+                limit: self.max_call_nesting,
+            });
+        }
+        let sql = explain_route_syntax(sql);
+        let mut statements = self.inner.parse(&sql).map_err(|e| Error::Syntax {
+            message: syntax_message(&e.to_string()),
+        })?;
+        statements.iter_mut().for_each(rewrite_catalog_types);
+        statements.iter_mut().for_each(rename_recursive_cte_columns);
+        Ok(statements)
+    }
+}
+
+/// The query of an `EXPLAIN (ROUTE) ...`.
+pub fn explain_route_target(statement: &Statement) -> Option<&Statement> {
+    match statement {
+        Statement::Explain {
+            options: Some(options),
+            statement,
+            ..
+        } if options
+            .iter()
+            .any(|o| o.name.value.eq_ignore_ascii_case("route")) =>
+        {
+            Some(statement)
+        }
+        _ => None,
+    }
+}
+
+/// `WITH RECURSIVE t(a, b) AS (static UNION ALL recursive)`: DataFusion ignores the column list,
+/// so the static term is wrapped as `SELECT * FROM (static) AS t(a, b)`, which names its columns
+/// (asyncpg's type introspection relies on this).
+fn rename_recursive_cte_columns(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{SetExpr, TableFactor};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let Statement::Query(query) = statement else {
+        return;
+    };
+    let Some(with) = query.with.as_mut() else {
+        return;
+    };
+    if !with.recursive {
+        return;
+    }
+    for cte in &mut with.cte_tables {
+        if cte.alias.columns.is_empty() {
+            continue;
+        }
+        let SetExpr::SetOperation { left, .. } = cte.query.body.as_mut() else {
+            continue;
+        };
+        // Built on the AST (a template whose derived table gets the static term and the CTE's
+        // alias), never by printing the client's SQL and parsing it again: sqlparser does not
+        // print every string back as written (see lakegate_engines::dialect).
+        let Ok(mut parsed) =
+            Parser::parse_sql(&PostgreSqlDialect {}, "SELECT * FROM (SELECT 1) AS t")
+        else {
+            continue;
+        };
+        let Some(Statement::Query(mut wrapper)) = parsed.pop() else {
+            continue;
+        };
+        let SetExpr::Select(select) = wrapper.body.as_mut() else {
+            continue;
+        };
+        let Some(TableFactor::Derived {
+            subquery, alias, ..
+        }) = select.from.first_mut().map(|f| &mut f.relation)
+        else {
+            continue;
+        };
+        subquery.body = left.clone();
+        *alias = Some(cte.alias.clone());
+        *left = wrapper.body;
+    }
+}
+
+/// PostgreSQL's catalog types (`oid`, `regtype`, `name`, ...) in casts become the types the
+/// `pg_catalog` emulation uses (int4, text), so `$1::oid[]` (asyncpg) plans.
+fn rewrite_catalog_types(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        ArrayElemTypeDef, DataType as SqlType, visit_expressions_mut,
+    };
+    fn map(t: &mut SqlType) {
+        match t {
+            SqlType::Custom(name, _) => {
+                let n = name.to_string().to_ascii_lowercase();
+                let n = n.trim_start_matches("pg_catalog.").trim_matches('"');
+                match n {
+                    "oid" | "regtype" | "regproc" | "regprocedure" | "regnamespace" | "regrole"
+                    | "regoper" | "xid" | "cid" | "int2vector" | "oidvector" => {
+                        *t = SqlType::Int(None)
+                    }
+                    "name" => *t = SqlType::Text,
+                    _ => {}
+                }
+            }
+            SqlType::Array(ArrayElemTypeDef::SquareBracket(inner, _))
+            | SqlType::Array(ArrayElemTypeDef::AngleBracket(inner))
+            | SqlType::Array(ArrayElemTypeDef::Parenthesis(inner)) => map(inner),
+            _ => {}
+        }
+    }
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Expr::Cast { data_type, .. } = expr {
+            map(data_type);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `EXPLAIN ROUTE q` is spelled `EXPLAIN (ROUTE) q` for the parser (which knows PostgreSQL's
+/// option list); either spelling works.
+fn explain_route_syntax(sql: &str) -> std::borrow::Cow<'_, str> {
+    let trimmed = sql.trim_start();
+    let mut words = trimmed.splitn(3, char::is_whitespace);
+    match (words.next(), words.next(), words.next()) {
+        (Some(e), Some(r), Some(rest))
+            if e.eq_ignore_ascii_case("explain") && r.eq_ignore_ascii_case("route") =>
+        {
+            std::borrow::Cow::Owned(format!("EXPLAIN (ROUTE) {rest}"))
+        }
+        _ => std::borrow::Cow::Borrowed(sql),
+    }
+}
+
+/// sqlparser says "sql parser error: Expected: …"; PostgreSQL says "syntax error at or near".
+fn syntax_message(raw: &str) -> String {
+    let msg = raw.trim_start_matches("sql parser error: ");
+    format!("syntax error: {msg}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    #[test]
+    fn a_recursive_cte_column_list_names_the_static_term() {
+        let mut s = Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "WITH RECURSIVE t(n, s) AS (SELECT 1, 'a''b' UNION ALL SELECT n + 1, s FROM t \
+             WHERE n < 3) SELECT * FROM t",
+        )
+        .expect("sql")
+        .remove(0);
+        rename_recursive_cte_columns(&mut s);
+        assert_eq!(
+            s.to_string(),
+            "WITH RECURSIVE t (n, s) AS (SELECT * FROM (SELECT 1, 'a''b') t (n, s) \
+             UNION ALL SELECT n + 1, s FROM t WHERE n < 3) SELECT * FROM t"
+        );
+    }
+}

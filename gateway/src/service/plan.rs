@@ -1,0 +1,398 @@
+//! One plan for every query. [`GatewayService::plan`] takes a statement through every decision
+//! in one order — references → profile → group → **access** → resolve → masks → scan estimate
+//! → guardrail → candidates — and returns the [`Plan`] that Describe (pgwire Parse/Describe,
+//! Flight SQL GetFlightInfo, CreatePreparedStatement, GetSchema), Execute, DECLARE and
+//! EXPLAIN ROUTE all consume: none of them can skip a step another takes.
+//!
+//! The decisions are pure functions ([`intend`] before any I/O, [`decide`] after it), tested as
+//! tables of cases; the I/O between them is resolving the tables' current versions and pruning
+//! the scan estimate.
+
+use std::ops::ControlFlow;
+
+use datafusion::common::ParamValues;
+use datafusion::sql::sqlparser::ast::{Expr, Statement, Value, visit_expressions};
+use lakegate_engines::lake::estimate;
+use lakegate_engines::{Pins, Settings};
+use serde::{Deserialize, Serialize};
+
+use super::output_names;
+use super::{GatewayService, StatementContext};
+use crate::classify::{self, References, StatementKind};
+use crate::error::{Error, Result};
+use crate::profile::QueryProfile;
+use crate::routing::rules::{Asker, GroupSpec};
+use crate::routing::{Decision, GroupChoice, Router};
+use crate::security::Security;
+use crate::security::mask::Masked;
+
+/// How a statement's engines were chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// It reads no lake table, or reads the catalog or `lakegate.*`: the embedded planner.
+    Planner,
+    /// The session pinned an engine (`lakegate.engine`, `x-lakegate-engine`).
+    Pinned,
+    /// The group's candidates, by expected latency, with failover.
+    Routed,
+}
+
+impl Route {
+    /// `planner`, `pinned`, `routed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Planner => "planner",
+            Self::Pinned => "pinned",
+            Self::Routed => "routed",
+        }
+    }
+}
+
+/// A statement's table versions and the system tables it reads.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// Each lake table read, at its current version.
+    pub pins: Pins,
+    /// `lakegate.<name>` tables, materialised for this statement.
+    pub system_tables: Vec<(String, arrow::array::RecordBatch)>,
+    /// It reads `pg_catalog` / `information_schema`.
+    pub catalog: bool,
+}
+
+/// What a statement asks for, decided from its syntax and the session alone (no I/O).
+#[derive(Debug)]
+pub struct Intent {
+    /// The statement with PostgreSQL's output names as aliases.
+    pub statement: Statement,
+    /// The names the result carries (when aliases were added).
+    pub names: Option<Vec<String>>,
+    /// The tables it reads.
+    pub refs: References,
+    /// Its shape and columns; `scan_bytes` from the versions last seen.
+    pub profile: QueryProfile,
+    /// The rule that chose the group, if one did.
+    pub rule: Option<String>,
+    /// Why this group.
+    pub choice: GroupChoice,
+    /// The group it runs in.
+    pub group: GroupSpec,
+}
+
+/// The bytes a statement is expected to scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    /// Bytes of the pinned data files, pruned by the WHERE where that matters.
+    pub bytes: u64,
+    /// `false` when the WHERE has parameters not bound yet (a Parse): the bytes are an upper
+    /// bound then, and the scan guardrail waits for the values (Execute).
+    pub bound: bool,
+}
+
+/// Everything decided about one query.
+pub struct Plan {
+    /// The statement with PostgreSQL's output names (what the profile and heat read).
+    pub statement: Statement,
+    /// The same with this user's masked columns hashed (`None`: nothing it reads is masked).
+    pub masked: Option<Statement>,
+    /// The names the result carries (when aliases were added).
+    pub names: Option<Vec<String>>,
+    /// The session's settings, with the catalog view this user may see.
+    pub settings: Settings,
+    /// Shape, columns and the final scan estimate.
+    pub profile: QueryProfile,
+    /// The group, the rule and the ordered candidates.
+    pub decision: Decision,
+    /// Table versions and system tables.
+    pub resolved: Resolved,
+    /// How the engines were chosen.
+    pub route: Route,
+    /// Engines (by name) in the order to try them.
+    pub engines: Vec<String>,
+}
+
+impl Plan {
+    /// What engines run and the cache keys on.
+    pub fn runs(&self) -> &Statement {
+        self.masked.as_ref().unwrap_or(&self.statement)
+    }
+
+    /// The scan estimate.
+    pub fn scan_bytes(&self) -> u64 {
+        self.profile.scan_bytes.unwrap_or(0)
+    }
+}
+
+impl GatewayService {
+    /// Plans a query for this session: see the module documentation for the steps.
+    ///
+    /// # Errors
+    /// 42501 for a table or group the user may not read or use, 54000 for a scan over the
+    /// group's cap, unknown groups, tables or engines, catalog failures.
+    pub(crate) async fn plan(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        settings: Settings,
+        ctx: &StatementContext,
+    ) -> Result<Plan> {
+        let intent = intend(
+            statement,
+            &settings,
+            ctx,
+            &self.router,
+            &self.security,
+            |s, t| self.lake.peek(s, t).map(|t| estimate::total_bytes(&t)),
+        )?;
+        let resolved = self
+            .resolve(&intent.refs, intent.group.max_staleness, &ctx.user)
+            .await?;
+        let masks = self.security.masks_of(&ctx.user);
+        let masked = self.security.masks.apply(
+            &intent.statement,
+            &masks,
+            &resolved.pins,
+            settings.default_schema(),
+        )?;
+        let estimate = self
+            .scan_estimate(
+                &intent.statement,
+                params,
+                &resolved.pins,
+                intent.group.max_scan_bytes,
+                &masks,
+            )
+            .await;
+        decide(
+            intent,
+            resolved,
+            masked,
+            estimate,
+            settings,
+            ctx,
+            &self.router,
+            &self.engines.names(),
+        )
+    }
+
+    /// Resolves every lake table in `refs` to its current version (reusing versions younger
+    /// than `max_staleness`; zero: the lake's configured staleness) and materialises the
+    /// system tables they read.
+    async fn resolve(
+        &self,
+        refs: &References,
+        max_staleness: std::time::Duration,
+        user: &str,
+    ) -> Result<Resolved> {
+        let mut pins = Pins::default();
+        for (schema, table) in &refs.lake {
+            let resolved = if max_staleness.is_zero() {
+                self.lake.resolve(schema, table).await?
+            } else {
+                self.lake
+                    .resolve_within(schema, table, max_staleness)
+                    .await?
+            };
+            pins.insert(schema, table, resolved);
+        }
+        Ok(Resolved {
+            pins,
+            system_tables: self.system_tables(&refs.system, user).await?,
+            catalog: refs.catalog,
+        })
+    }
+
+    /// The bytes a query scans: the pinned snapshots' data files, pruned by the WHERE of a
+    /// single-table query (parameters bound) when that can matter — past the smallest size
+    /// bucket, or against a scan cap. Cached per table version and filter; planning is capped
+    /// at 50 ms, else the unpruned size stands.
+    ///
+    /// Masked columns are left out of the pruning: a clear value the user cannot see must not
+    /// change what the estimate (and a guardrail's message) says.
+    async fn scan_estimate(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        pins: &Pins,
+        cap: u64,
+        masks: &Masked,
+    ) -> Estimate {
+        let where_ = crate::profile::top_where(statement);
+        let bound = params.is_some() || !where_.is_some_and(has_placeholders);
+        let total: u64 = pins.iter().map(|(_, t)| estimate::total_bytes(t)).sum();
+        let unpruned = Estimate {
+            bytes: total,
+            bound,
+        };
+        let mut tables = pins.iter();
+        let (Some(((ns, name), table)), None) = (tables.next(), tables.next()) else {
+            return unpruned;
+        };
+        // Small tables cannot change the size bucket; prune them only against a scan cap.
+        if crate::routing::stats::size_bucket(total) == 0 && (cap == 0 || total <= cap) {
+            return unpruned;
+        }
+        let schema = table.table.metadata().current_schema();
+        let visible = match crate::security::mask::hidden(masks, ns, name) {
+            Some(hidden) => match crate::security::mask::without(schema, hidden) {
+                Some(visible) => Some(visible),
+                None => return unpruned,
+            },
+            None => None,
+        };
+        let Some(filter) = where_.and_then(|w| {
+            let w = crate::profile::bind_parameters(w, params);
+            estimate::predicate(&w, visible.as_ref().unwrap_or(schema))
+        }) else {
+            return unpruned;
+        };
+        let key = format!("{}\u{0}{filter}", table.metadata_location);
+        if let Some(bytes) = self.estimates.get(&key).await {
+            return Estimate { bytes, bound };
+        }
+        match tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            estimate::pruned_bytes(table, filter),
+        )
+        .await
+        {
+            Ok(Ok(bytes)) => {
+                self.estimates.insert(key, bytes).await;
+                Estimate { bytes, bound }
+            }
+            _ => unpruned,
+        }
+    }
+}
+
+/// Steps 1–4, before any I/O: output names, the tables read, the profile (sized by the
+/// versions last seen), the routing group, and whether this user may read those tables in
+/// that group.
+///
+/// # Errors
+/// A malformed table name, an unusable session group, 42501.
+pub fn intend(
+    statement: &Statement,
+    settings: &Settings,
+    ctx: &StatementContext,
+    router: &Router,
+    security: &Security,
+    peek_bytes: impl Fn(&str, &str) -> Option<u64>,
+) -> Result<Intent> {
+    let mut statement = statement.clone();
+    let names = output_names::apply(&mut statement);
+    let refs = classify::references(&statement, settings.default_schema())?;
+    let mut profile = QueryProfile::of(&statement, &StatementKind::Query, &refs);
+    profile.scan_bytes = Some(refs.lake.iter().filter_map(|(s, t)| peek_bytes(s, t)).sum());
+    let setting = |name: &str| settings.values.get(name).map_or("", String::as_str);
+    let asker = Asker {
+        user: &ctx.user,
+        application: setting("application_name"),
+        tag: setting("lakegate.tag"),
+    };
+    let (rule, choice, group) = router.group(&asker, &profile, ctx.group.as_deref())?;
+    // Before any catalog lookup, engine or cache: 42501 for what this user may not read.
+    if !refs.lake.is_empty() {
+        security.check(&ctx.user, &refs.lake, Some(&group.name))?;
+    }
+    Ok(Intent {
+        statement,
+        names,
+        refs,
+        profile,
+        rule,
+        choice,
+        group,
+    })
+}
+
+/// Steps 7–8, after the I/O: the scan guardrail, the candidates ordered at the final
+/// estimate, and the engines to try (`configured` names the engines this gateway runs, the
+/// embedded planner first).
+///
+/// # Errors
+/// 54000 for a (bound) scan over the group's `max_scan_bytes`; a pinned engine that is not
+/// configured.
+#[allow(clippy::too_many_arguments)]
+pub fn decide(
+    intent: Intent,
+    resolved: Resolved,
+    masked: Option<Statement>,
+    estimate: Estimate,
+    settings: Settings,
+    ctx: &StatementContext,
+    router: &Router,
+    configured: &[&str],
+) -> Result<Plan> {
+    let Intent {
+        statement,
+        names,
+        mut profile,
+        rule,
+        choice,
+        group,
+        ..
+    } = intent;
+    if estimate.bound && group.max_scan_bytes > 0 && estimate.bytes > group.max_scan_bytes {
+        return Err(Error::Guardrail {
+            what: format!(
+                "estimated scan of {} exceeds routing group \"{}\"'s max_scan_bytes ({}): \
+                 filter on partition or sorted columns to read less",
+                lakegate_engines::units::human_bytes(estimate.bytes),
+                group.name,
+                lakegate_engines::units::human_bytes(group.max_scan_bytes)
+            ),
+        });
+    }
+    profile.scan_bytes = Some(estimate.bytes);
+    let (candidates, explored) = router.order(&group, profile.shape, estimate.bytes);
+    let decision = Decision {
+        rule,
+        reason: choice,
+        group,
+        candidates,
+        explored,
+    };
+    let planner_only =
+        resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty();
+    let (route, chosen) = if planner_only {
+        let planner = configured.first().copied().unwrap_or("datafusion");
+        (Route::Planner, vec![planner.to_string()])
+    } else if let Some(name) = ctx.engine.as_deref() {
+        if !configured.contains(&name) {
+            return Err(Error::EngineNotConfigured {
+                name: name.to_string(),
+                available: configured.join(", "),
+            });
+        }
+        (Route::Pinned, vec![name.to_string()])
+    } else {
+        let chosen = decision
+            .candidates
+            .iter()
+            .filter(|c| configured.contains(&c.engine.as_str()))
+            .map(|c| c.engine.clone())
+            .collect();
+        (Route::Routed, chosen)
+    };
+    Ok(Plan {
+        statement,
+        masked,
+        names,
+        settings,
+        profile,
+        decision,
+        resolved,
+        route,
+        engines: chosen,
+    })
+}
+
+/// Whether `expr` has a `$n` placeholder.
+fn has_placeholders(expr: &Expr) -> bool {
+    visit_expressions(expr, |e| match e {
+        Expr::Value(v) if matches!(v.value, Value::Placeholder(_)) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
+}

@@ -1,0 +1,210 @@
+//! One query, end to end: recorded in the history, planned, answered from the result cache
+//! or run (single flight: identical concurrent misses run once), limited by its group, and
+//! bounded by the statement's cancel token and deadline.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::StreamExt;
+
+use super::cache::{CacheKey, CacheOutcome, CachedResult, ResultCache, Uncached};
+use super::plan::Plan;
+use super::{GatewayService, StatementContext};
+use crate::error::{Error, Result};
+use crate::observe::history::PendingQuery;
+use crate::session::Session;
+
+/// A stream of rows, the engine that computed them (empty for a cache hit) and the cache's part.
+type Answer = (SendableRecordBatchStream, String, CacheOutcome);
+
+/// How long a query's rows are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// By the statement itself: its cancel and deadline end them.
+    Statement,
+    /// By later `FETCH`es of a cursor, each under its own cancel and deadline.
+    Cursor,
+}
+
+impl GatewayService {
+    /// Runs one query for `session`: its rows, streamed.
+    ///
+    /// # Errors
+    /// Anything planning or running it fails with (also recorded in the history).
+    pub(crate) async fn query(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &Session,
+        ctx: &StatementContext,
+        reading: Reading,
+    ) -> Result<SendableRecordBatchStream> {
+        let mut pending = self.history.start(ctx, &statement.to_string());
+        match self
+            .answer(statement, params, session, ctx, reading, &mut pending)
+            .await
+        {
+            Ok(stream) => Ok(pending.track(self.history.clone(), stream)),
+            Err(e) => {
+                pending.fail(&self.history, &e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    async fn answer(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        session: &Session,
+        ctx: &StatementContext,
+        reading: Reading,
+        pending: &mut PendingQuery,
+    ) -> Result<SendableRecordBatchStream> {
+        let span = tracing::Span::current();
+        let started = Instant::now();
+        let settings = self.engine_settings(session);
+        let plan = ctx
+            .guard(self.plan(statement, params, settings, ctx))
+            .await?;
+        let r = &mut pending.record;
+        r.snapshots = super::snapshot_list(&plan.resolved.pins, ",");
+        r.shape = Some(plan.profile.shape);
+        r.scan_bytes = plan.scan_bytes();
+        r.group = plan.decision.group.name.clone();
+        r.route = Some(plan.route);
+        span.record("group", plan.decision.group.name.as_str());
+        span.record("route", plan.route.name());
+        span.record("plan_us", started.elapsed().as_micros() as u64);
+        pending.observation = self.observation(&plan, params);
+        let (stream, engine, outcome) = ctx.guard(self.cached_or_run(&plan, params)).await?;
+        span.record("engine", engine.as_str());
+        span.record("cache", outcome.name());
+        span.record("first_batch_us", started.elapsed().as_micros() as u64);
+        pending.record.engine = engine;
+        pending.record.cache = outcome;
+        let rows = self.limited(stream, &plan.decision.group);
+        Ok(match reading {
+            Reading::Statement => ctx.bound(rows),
+            Reading::Cursor => rows,
+        })
+    }
+
+    /// The plan's answer from the cache when it may be cached, else run.
+    async fn cached_or_run(&self, plan: &Plan, params: Option<&ParamValues>) -> Result<Answer> {
+        let statement = plan.runs();
+        let pins = &plan.resolved.pins;
+        let cacheable = plan.decision.group.cache
+            && plan.resolved.system_tables.is_empty()
+            && ResultCache::cacheable(statement, pins);
+        if !self.cache.enabled() || !cacheable {
+            self.cache.bypass();
+            let outcome = if self.cache.enabled() {
+                CacheOutcome::Bypass
+            } else {
+                CacheOutcome::Off
+            };
+            let (stream, engine) = self.run(plan, params).await?;
+            return Ok((stream, engine, outcome));
+        }
+        let key = CacheKey::new(statement, params, pins, &plan.settings);
+        let max = self.cache.max_entry_bytes();
+        let ran_on = Mutex::new(None::<String>);
+        // When this caller computes a result too large to cache: what it already read and the
+        // rest of the engine's stream, to answer from instead of running again.
+        let overflow = Mutex::new(None::<SendableRecordBatchStream>);
+        let computed = self
+            .cache
+            .get_or_compute(key, async {
+                let (stream, engine) = self
+                    .run(plan, params)
+                    .await
+                    .map_err(|e| Uncached::Failed(Arc::new(e)))?;
+                *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(engine);
+                collect_capped(stream, max, &overflow).await
+            })
+            .await;
+        // A caller that waited on another's computation counts as a hit too.
+        let ran_on = ran_on.into_inner().unwrap_or_else(|p| p.into_inner());
+        let ran_here = ran_on.is_some();
+        let engine = ran_on.unwrap_or_default();
+        match computed {
+            Ok(result) => {
+                let outcome = if ran_here {
+                    CacheOutcome::Miss
+                } else {
+                    CacheOutcome::Hit
+                };
+                let stream = batches_stream(result.schema.clone(), result.batches.clone());
+                Ok((stream, engine, outcome))
+            }
+            Err(e) => match e.as_ref() {
+                Uncached::TooLarge => {
+                    let rest = overflow.into_inner().unwrap_or_else(|p| p.into_inner());
+                    match rest {
+                        Some(stream) => Ok((stream, engine, CacheOutcome::TooLarge)),
+                        // Another caller computed it: run it here, streaming.
+                        None => {
+                            let (stream, engine) = self.run(plan, params).await?;
+                            Ok((stream, engine, CacheOutcome::TooLarge))
+                        }
+                    }
+                }
+                Uncached::Failed(err) => Err(Error::Shared(err.clone())),
+            },
+        }
+    }
+}
+
+/// Drains a stream into memory, giving up once it exceeds `max` bytes: the batches read so far
+/// and the rest of the stream are left in `overflow` for this caller.
+async fn collect_capped(
+    mut stream: SendableRecordBatchStream,
+    max: u64,
+    overflow: &Mutex<Option<SendableRecordBatchStream>>,
+) -> Result<CachedResult, Uncached> {
+    let schema = stream.schema();
+    let (mut batches, mut bytes) = (Vec::new(), 0u64);
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(|e| Uncached::Failed(Arc::new(Error::Engine(e.into()))))?;
+        // Engines hand out batches that share (and keep alive) much larger buffers; a cached
+        // result gets buffers of its own, so its size is what it really holds.
+        let indices = arrow::array::UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+        let batch = arrow::compute::take_record_batch(&batch, &indices).map_err(|e| {
+            Uncached::Failed(Arc::new(Error::Engine(
+                datafusion::error::DataFusionError::from(e).into(),
+            )))
+        })?;
+        bytes += batch.get_array_memory_size() as u64;
+        batches.push(batch);
+        if bytes > max {
+            let read = futures::stream::iter(batches.into_iter().map(Ok));
+            let whole = RecordBatchStreamAdapter::new(schema, read.chain(stream));
+            *overflow.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::pin(whole));
+            return Err(Uncached::TooLarge);
+        }
+    }
+    Ok(CachedResult {
+        schema,
+        batches,
+        bytes,
+    })
+}
+
+/// Batches already in memory, as a stream.
+pub(crate) fn batches_stream(
+    schema: arrow::datatypes::SchemaRef,
+    batches: Vec<arrow::array::RecordBatch>,
+) -> SendableRecordBatchStream {
+    match MemoryStream::try_new(batches, schema.clone(), None) {
+        Ok(s) => Box::pin(s),
+        Err(_) => Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(
+            schema,
+        )),
+    }
+}

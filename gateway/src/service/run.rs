@@ -1,0 +1,258 @@
+//! Running a plan: inside its group's admission slots (lake queries), on the first engine that
+//! answers — an engine that fails for its own reasons (unreachable, broken) before its first
+//! batch is recorded against it and the next candidate is tried — then the group's result
+//! limits on the stream, and the router told how long it took.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+use lakegate_engines::{EngineRef, EngineRequest, ErrorKind};
+use tracing::{debug, warn};
+
+use super::GatewayService;
+use super::output_names;
+use super::plan::{Plan, Route};
+use crate::error::{Error, Result};
+use crate::profile::Shape;
+use crate::routing::Router;
+use crate::routing::admission::Slot;
+use crate::routing::rules::GroupSpec;
+
+impl GatewayService {
+    /// Runs `plan` with `params`; returns the stream (PostgreSQL's output names) and the engine
+    /// that answers.
+    ///
+    /// # Errors
+    /// A full group (53300), the last engine's error when none could answer.
+    pub(crate) async fn run(
+        &self,
+        plan: &Plan,
+        params: Option<&ParamValues>,
+    ) -> Result<(SendableRecordBatchStream, String)> {
+        let slot = match plan.route {
+            Route::Planner => None,
+            Route::Pinned | Route::Routed => {
+                Some(self.router.admission(&plan.decision.group).enter().await?)
+            }
+        };
+        let mut slot = slot;
+        let (shape, bytes) = (plan.profile.shape, plan.scan_bytes());
+        let routed = plan.route == Route::Routed;
+        let count = plan.engines.len();
+        let mut promised = None;
+        let mut last: Option<Error> = None;
+        for (i, name) in plan.engines.iter().enumerate() {
+            let engine = self.engines.get(name)?;
+            let name = name.clone();
+            let is_planner = self.engines.is_planner(&name);
+            let more = i + 1 < count;
+            if routed && more && !self.router.stats.admit(&name) {
+                debug!(engine = %name, "breaker open: skipped");
+                continue;
+            }
+            if !is_planner && promised.is_none() {
+                promised = Some(self.promised_schema(plan).await?);
+            }
+            let request = EngineRequest {
+                statement: plan.runs(),
+                params,
+                pins: &plan.resolved.pins,
+                settings: &plan.settings,
+                system_tables: &plan.resolved.system_tables,
+                promised: if is_planner { None } else { promised.as_ref() },
+                lists_catalog: plan.resolved.catalog,
+            };
+            let started = Instant::now();
+            let outcome = match execute_on(engine, request, plan.names.as_deref()).await {
+                Ok(stream) => first_batch(stream).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(stream) => {
+                    let held = Held {
+                        router: self.router.clone(),
+                        engine: name.clone(),
+                        shape,
+                        bytes,
+                        started,
+                        _slot: slot.take(),
+                    };
+                    return Ok((tracked(stream, held), name));
+                }
+                Err(e) if engine_fault(e.kind()) => {
+                    self.router.record(&name, shape, bytes, None);
+                    if routed && more {
+                        warn!(engine = %name, error = %e, "engine failed before answering: failing over");
+                    }
+                    last = Some(e);
+                    if !routed {
+                        break;
+                    }
+                }
+                // The planner accepted this statement, so another engine refusing it is a gap
+                // in that engine's SQL, not the client's mistake: let the next candidate try.
+                Err(e) if routed && !is_planner && more => {
+                    debug!(engine = %name, error = %e, "engine refused a planned statement: next candidate");
+                    last.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::Engine(lakegate_engines::Error::EngineUnavailable {
+                engine: plan.decision.group.name.clone(),
+                reason: "no engine of the group could take the query".into(),
+            })
+        }))
+    }
+
+    /// `stream` ending with an error (54000) once it passes the group's `max_rows` or the
+    /// result byte limit (the group's `max_result_bytes` or `[limits]`, the smaller): the
+    /// client gets the rows before the limit, then the error; the connection stays usable.
+    pub(crate) fn limited(
+        &self,
+        stream: SendableRecordBatchStream,
+        group: &GroupSpec,
+    ) -> SendableRecordBatchStream {
+        let global = self.security.max_result_bytes;
+        let bytes_limit = match (group.max_result_bytes, global) {
+            (0, global) => global,
+            (mine, 0) => mine,
+            (mine, global) => mine.min(global),
+        };
+        let rows_limit = group.max_rows;
+        if rows_limit == 0 && bytes_limit == 0 {
+            return stream;
+        }
+        let name = group.name.clone();
+        let schema = stream.schema();
+        let exceeded = move |what: String| {
+            lakegate_engines::Error::Engine {
+                engine: "lakegate".into(),
+                kind: ErrorKind::LimitExceeded,
+                message: what,
+            }
+            .into_datafusion()
+        };
+        let state = (Some(stream), 0u64, 0u64);
+        let limited = futures::stream::unfold(state, move |(s, rows, bytes)| {
+            let name = name.clone();
+            async move {
+                let mut s = s?;
+                let b = match s.next().await? {
+                    Ok(b) => b,
+                    Err(e) => return Some((Err(e), (None, rows, bytes))),
+                };
+                let rows = rows + b.num_rows() as u64;
+                let bytes = bytes + batch_bytes(&b);
+                let over = if rows_limit > 0 && rows > rows_limit {
+                    Some(format!(
+                        "the result passed routing group \"{name}\"'s max_rows ({rows_limit}): \
+                         add a LIMIT, a filter or an aggregate"
+                    ))
+                } else if bytes_limit > 0 && bytes > bytes_limit {
+                    Some(format!(
+                        "the result passed the max_result_bytes limit ({}) of routing group \
+                         \"{name}\": select fewer columns or rows, or aggregate",
+                        lakegate_engines::units::human_bytes(bytes_limit)
+                    ))
+                } else {
+                    None
+                };
+                Some(match over {
+                    Some(why) => (Err(exceeded(why)), (None, rows, bytes)),
+                    None => (Ok(b), (Some(s), rows, bytes)),
+                })
+            }
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, limited.fuse()))
+    }
+}
+
+/// The bytes of a batch's values (slices count only what they cover).
+fn batch_bytes(batch: &arrow::array::RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+        .sum()
+}
+
+/// Whether an error of this kind is the engine's fault (unreachable, broken) rather than the
+/// statement's: only those count against an engine and fail over.
+pub(crate) fn engine_fault(kind: ErrorKind) -> bool {
+    matches!(kind, ErrorKind::Unavailable | ErrorKind::Internal)
+}
+
+/// Polls the first batch, so that an engine failing at the start fails here (and can be
+/// failed over) rather than in the client's stream.
+async fn first_batch(mut stream: SendableRecordBatchStream) -> Result<SendableRecordBatchStream> {
+    let schema = stream.schema();
+    match stream.next().await {
+        Some(Err(e)) => Err(Error::Engine(e.into())),
+        Some(Ok(batch)) => {
+            let rest = futures::stream::once(async move { Ok(batch) }).chain(stream);
+            Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rest)))
+        }
+        None => Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::empty(),
+        ))),
+    }
+}
+
+/// What a running query holds until its stream ends: the group slot, and what to tell the
+/// router.
+struct Held {
+    router: Arc<Router>,
+    engine: String,
+    shape: Shape,
+    bytes: u64,
+    started: Instant,
+    _slot: Option<Slot>,
+}
+
+/// Reports the query's latency (to the last batch) or engine failure to the router, and holds
+/// the group slot until the stream ends or is dropped. Fused: polled after its end, it stays
+/// ended.
+fn tracked(stream: SendableRecordBatchStream, held: Held) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    let rows = futures::stream::unfold((stream, Some(held)), |(mut stream, mut held)| async move {
+        match stream.next().await {
+            Some(Ok(b)) => Some((Ok(b), (stream, held))),
+            Some(Err(e)) => {
+                if let Some(h) = held.take()
+                    && engine_fault(lakegate_engines::error::datafusion_kind(&e))
+                {
+                    h.router.record(&h.engine, h.shape, h.bytes, None);
+                }
+                Some((Err(e), (stream, held)))
+            }
+            None => {
+                if let Some(h) = held.take() {
+                    let ms = h.started.elapsed().as_secs_f64() * 1000.0;
+                    h.router.record(&h.engine, h.shape, h.bytes, Some(ms));
+                }
+                None
+            }
+        }
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, rows.fuse()))
+}
+
+/// Runs a request on `engine`, with PostgreSQL's output column names.
+async fn execute_on(
+    engine: &EngineRef,
+    request: EngineRequest<'_>,
+    names: Option<&[String]>,
+) -> Result<SendableRecordBatchStream> {
+    let stream = engine.execute(request).await?;
+    Ok(match names {
+        Some(names) => output_names::rename_stream(stream, names),
+        None => stream,
+    })
+}
