@@ -189,8 +189,27 @@ impl Flags {
     }
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// Stack of each runtime thread. Planning deep statements (DataFusion's planner and
+/// sqlparser recurse per nesting level) and the nested futures of one statement in a debug
+/// build need more than tokio's 2 MiB default; 8 MiB of address space per thread costs no
+/// memory until used.
+const THREAD_STACK: usize = 8 << 20;
+
+fn main() -> std::process::ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(THREAD_STACK)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(serve_main()),
+        Err(e) => {
+            eprintln!("lakegate: cannot start the runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve_main() -> std::process::ExitCode {
     match run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

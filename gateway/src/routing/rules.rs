@@ -363,7 +363,7 @@ impl RoutingTable {
             });
         }
         for w in &warnings {
-            tracing::warn!("{w}");
+            tracing::warn!(warning = %w, "routing rules");
         }
         Ok(Self {
             groups,

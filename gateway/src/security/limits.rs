@@ -94,7 +94,7 @@ impl ConnectionLimits {
     /// Limits per `config`.
     pub fn new(config: LimitsConfig) -> Self {
         if let Some(warning) = descriptor_warning(config.max_connections) {
-            tracing::warn!("{warning}");
+            tracing::warn!(%warning, "open-files limit");
         }
         Self {
             config,

@@ -135,6 +135,8 @@ impl StatementContext {
     /// # Errors
     /// `work`'s own, or 57014 when interrupted.
     pub async fn guard<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
+        // On the heap: planning and engine futures are large, and a statement nests several.
+        let work = Box::pin(work);
         tokio::select! {
             biased;
             why = self.interrupted() => Err(why.error()),

@@ -301,9 +301,12 @@ impl GatewayService {
             plan_us = Empty,
             first_batch_us = Empty,
         );
-        self.execute_in_span(statement, params, session, ctx)
-            .instrument(span)
-            .await
+        // On the heap: the statement's future is large (planning, engines) and frontends nest it.
+        Box::pin(
+            self.execute_in_span(statement, params, session, ctx)
+                .instrument(span),
+        )
+        .await
     }
 
     async fn execute_in_span(

@@ -205,8 +205,9 @@ fn intent(user: &str, application: &str, sql: &str) -> Result<Intent, Error> {
     )
 }
 
-fn plan(
-    user: &str,
+/// The whole plan of `sql` for `ctx`, with `tables` as the resolved versions.
+fn plan_as(
+    ctx: &StatementContext,
     sql: &str,
     tables: &[ResolvedTable],
     estimate: Estimate,
@@ -214,21 +215,29 @@ fn plan(
     let s = security();
     let router = router();
     let settings = settings("psql");
-    let ctx = ctx(user);
-    let intent = intend(&parse(sql), &settings, &ctx, &router, &s, |_, _| Some(0))?;
+    let intent = intend(&parse(sql), &settings, ctx, &router, &s, |_, _| Some(0))?;
     let resolved = Resolved {
         pins: pins(tables),
         ..Resolved::default()
     };
     let masked = s.masks.apply(
         &intent.statement,
-        &s.masks_of(user),
+        &s.masks_of(&ctx.user),
         &resolved.pins,
         settings.default_schema(),
     )?;
     decide(
-        intent, resolved, masked, estimate, settings, &ctx, &router, ENGINES,
+        intent, resolved, masked, estimate, settings, ctx, &router, ENGINES,
     )
+}
+
+fn plan(
+    user: &str,
+    sql: &str,
+    tables: &[ResolvedTable],
+    estimate: Estimate,
+) -> Result<Plan, Error> {
+    plan_as(&ctx(user), sql, tables, estimate)
 }
 
 const NONE: Estimate = Estimate {
@@ -410,29 +419,8 @@ fn the_scan_guardrail_refuses_bound_estimates_over_the_groups_cap() {
         bound: true,
     };
     // `SET lakegate.group = agents` (cap 1000 bytes): refused, with the numbers and a fix.
-    let refuse = |estimate| {
-        let s = security();
-        let router = router();
-        let c = ctx("alice").with_routing(Some("agents"), None);
-        let intent = intend(&parse(sql), &settings("psql"), &c, &router, &s, |_, _| {
-            Some(0)
-        })
-        .expect("intent");
-        let resolved = Resolved {
-            pins: pins(std::slice::from_ref(&orders)),
-            ..Resolved::default()
-        };
-        decide(
-            intent,
-            resolved,
-            None,
-            estimate,
-            settings("psql"),
-            &c,
-            &router,
-            ENGINES,
-        )
-    };
+    let agents = ctx("alice").with_routing(Some("agents"), None);
+    let refuse = |estimate| plan_as(&agents, sql, std::slice::from_ref(&orders), estimate);
     let e = refuse(over).err().expect("over the cap");
     assert_eq!(e.kind(), ErrorKind::LimitExceeded);
     let message = e.to_string();
@@ -481,32 +469,13 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
         (Route::Planner, vec!["datafusion".to_string()])
     );
     // A pinned engine, and one this gateway does not run.
-    let s = security();
-    let router = router();
     let pinned = |engine: &str| {
         let c = ctx("alice").with_routing(None, Some(engine));
-        let intent = intend(
-            &parse("SELECT * FROM orders"),
-            &settings("psql"),
+        plan_as(
             &c,
-            &router,
-            &s,
-            |_, _| Some(0),
-        )
-        .expect("intent");
-        let resolved = Resolved {
-            pins: pins(std::slice::from_ref(&orders)),
-            ..Resolved::default()
-        };
-        decide(
-            intent,
-            resolved,
-            None,
+            "SELECT * FROM orders",
+            std::slice::from_ref(&orders),
             NONE,
-            settings("psql"),
-            &c,
-            &router,
-            ENGINES,
         )
     };
     let trino = pinned("trino").expect("trino is configured");
