@@ -11,12 +11,13 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::sql::metadata::{
     SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo, XdbcTypeInfoData, XdbcTypeInfoDataBuilder,
 };
-use arrow_flight::sql::{Nullable, Searchable, SqlInfo, XdbcDataType};
+use arrow_flight::sql::{Nullable, ProstMessageExt, Searchable, SqlInfo, XdbcDataType};
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket};
 use datafusion::common::ParamValues;
 use datafusion::scalar::ScalarValue;
 use futures::{Stream, TryStreamExt};
 use lakegate_engines::engine::Described;
+use prost::Message;
 use tonic::{Response, Status};
 
 use crate::error::{Error, Result};
@@ -106,6 +107,19 @@ pub fn flight_info(
         .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
         .with_descriptor(descriptor);
     Ok(Response::new(info))
+}
+
+/// The FlightInfo of a metadata command: its schema, and a ticket that is the command itself.
+pub fn command_info<M: ProstMessageExt>(
+    schema: &Schema,
+    command: &M,
+    request: tonic::Request<FlightDescriptor>,
+) -> Result<Response<FlightInfo>, Status> {
+    flight_info(
+        schema,
+        command.as_any().encode_to_vec(),
+        request.into_inner(),
+    )
 }
 
 /// `schema` as an IPC message (prepared statements' dataset and parameter schemas).

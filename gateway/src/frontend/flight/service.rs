@@ -15,17 +15,16 @@ use arrow_flight::sql::{
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
     CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys, CommandGetSqlInfo,
     CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
-    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
-    SqlInfo, TicketStatementQuery,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, SqlInfo,
+    TicketStatementQuery,
 };
 use arrow_flight::{FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket};
 use futures::{Stream, TryStreamExt};
-use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::frontend::{FlightSqlFrontend, PreparedStatement, status};
 use super::metadata::{
-    DoGetStream, batches_response, flight_info, internal, ipc_schema, keys_schema,
+    DoGetStream, batches_response, command_info, internal, ipc_schema, keys_schema,
     parameter_schema, params_from_batch,
 };
 
@@ -86,11 +85,7 @@ impl FlightSqlService for FlightSqlFrontend {
         let ticket = TicketStatementQuery {
             statement_handle: query.query.into_bytes().into(),
         };
-        flight_info(
-            &schema,
-            ticket.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&schema, &ticket, request)
     }
 
     async fn do_get_statement(
@@ -190,7 +185,7 @@ impl FlightSqlService for FlightSqlFrontend {
                 .map(|d| d.schema.clone())
                 .unwrap_or_else(|| Arc::new(Schema::empty()))
         };
-        flight_info(&schema, cmd.as_any().encode_to_vec(), request.into_inner())
+        command_info(&schema, &cmd, request)
     }
 
     async fn do_get_prepared_statement(
@@ -224,11 +219,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &query.into_builder().schema(),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&query.into_builder().schema(), &query, request)
     }
 
     async fn do_get_catalogs(
@@ -247,11 +238,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &query.clone().into_builder().schema(),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&query.clone().into_builder().schema(), &query, request)
     }
 
     async fn do_get_schemas(
@@ -274,11 +261,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &query.clone().into_builder().schema(),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&query.clone().into_builder().schema(), &query, request)
     }
 
     async fn do_get_tables(
@@ -295,11 +278,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &query.into_builder().schema(),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&query.into_builder().schema(), &query, request)
     }
 
     async fn do_get_table_types(
@@ -318,10 +297,10 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
+        command_info(
             &query.clone().into_builder(&self.sql_info).schema(),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
+            &query,
+            request,
         )
     }
 
@@ -342,11 +321,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetXdbcTypeInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &query.into_builder(&self.xdbc).schema(),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&query.into_builder(&self.xdbc).schema(), &query, request)
     }
 
     async fn do_get_xdbc_type_info(
@@ -363,11 +338,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetPrimaryKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &keys_schema(false),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&keys_schema(false), &query, request)
     }
 
     async fn do_get_primary_keys(
@@ -384,11 +355,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetImportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &keys_schema(true),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&keys_schema(true), &query, request)
     }
 
     async fn do_get_imported_keys(
@@ -404,11 +371,7 @@ impl FlightSqlService for FlightSqlFrontend {
         query: CommandGetExportedKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        flight_info(
-            &keys_schema(true),
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        command_info(&keys_schema(true), &query, request)
     }
 
     async fn do_get_exported_keys(
