@@ -103,10 +103,14 @@ impl DataFusionEngine {
             .options_mut()
             .optimizer
             .enable_round_robin_repartition = false;
+        // PostgreSQL reads a literal with a decimal point as numeric, not float:
+        // `amount < 9999999999.99` compares exactly.
+        config.options_mut().sql_parser.parse_float_as_decimal = true;
         let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
             .with_memory_limit(options.memory_limit.max(64 << 20), 1.0)
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(config, runtime);
+        ctx.add_analyzer_rule(Arc::new(crate::semantics::PgTextCasts));
         ctx.register_catalog(&options.database, Arc::new(MemoryCatalogProvider::new()));
         setup_pg_catalog(&ctx, &options.database, EmptyContextProvider)
             .map_err(Error::DataFusion)?;
@@ -133,9 +137,18 @@ impl DataFusionEngine {
         let ctx = self.context(&request).await?;
         let plan = self.plan(&ctx, request.statement).await?;
         let param_types = ordered_param_types(&plan.get_parameter_types()?)?;
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        // What of PostgreSQL's semantics it relies on, read once type coercion made every
+        // implicit cast explicit.
+        let state = ctx.state();
+        let analyzed =
+            state
+                .analyzer()
+                .execute_and_check(plan, state.config_options(), |_, _| {})?;
         Ok(Described {
             param_types,
-            schema: Arc::new(plan.schema().as_arrow().clone()),
+            schema,
+            features: crate::semantics::features(&analyzed),
         })
     }
 

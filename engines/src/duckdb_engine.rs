@@ -25,6 +25,7 @@ use crate::conform::conform_batch;
 use crate::dialect::{Dialect, prepare};
 use crate::engine::{Engine, EngineRequest};
 use crate::error::{Error, ErrorKind, Result};
+use crate::semantics::Feature;
 
 /// The DuckDB version the bundled library and the extension binaries must share.
 pub const DUCKDB_VERSION: &str = "v1.5.5";
@@ -133,6 +134,17 @@ impl Drop for InterruptOnDrop {
 impl Engine for DuckDbEngine {
     fn name(&self) -> &str {
         "duckdb"
+    }
+
+    /// Measured against PostgreSQL (tests/conformance): DuckDB divides and averages decimals
+    /// in double precision and prints floats its own way; its timestamps, dates and
+    /// intervals print as PostgreSQL's.
+    fn inexact(&self) -> &'static [Feature] {
+        &[
+            Feature::FloatText,
+            Feature::NumericDivision,
+            Feature::NumericAverage,
+        ]
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {

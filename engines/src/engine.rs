@@ -142,6 +142,8 @@ pub struct Described {
     pub param_types: Vec<Option<DataType>>,
     /// The result's columns.
     pub schema: SchemaRef,
+    /// The PostgreSQL behaviours it relies on that not every engine reproduces.
+    pub features: crate::semantics::Features,
 }
 
 /// A query engine that reads the lake.
@@ -160,6 +162,13 @@ pub trait Engine: Debug + Send + Sync + 'static {
     /// # Errors
     /// Planning and execution errors; errors met later arrive in the stream.
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream>;
+
+    /// The PostgreSQL behaviours this engine does not reproduce exactly: a statement relying
+    /// on one is refused here (and answered by another engine) rather than answered
+    /// differently.
+    fn inexact(&self) -> &'static [crate::semantics::Feature] {
+        &[]
+    }
 
     /// Whether the engine can take queries now.
     ///

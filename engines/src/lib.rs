@@ -21,6 +21,9 @@
 //! - [`conform`] — another engine's answer cast to the planner's schema.
 //! - [`system_catalog`] — `pg_catalog` emulation over the lake for BI tools.
 //! - [`pg_attribute`] — exact column types in `pg_catalog.pg_attribute`.
+//! - [`semantics`] — PostgreSQL's value semantics: what the embedded engine keeps, and the
+//!   features a statement relies on that other engines refuse.
+//! - [`pg_text`] — values printed as PostgreSQL prints them.
 //! - [`units`] — byte counts as people read them.
 
 pub mod conform;
@@ -31,6 +34,8 @@ pub mod engine;
 pub mod error;
 pub mod lake;
 pub mod pg_attribute;
+pub mod pg_text;
+pub mod semantics;
 pub mod spark;
 pub mod system_catalog;
 pub mod trino;

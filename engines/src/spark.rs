@@ -21,6 +21,7 @@ use crate::conform::conform_batch;
 use crate::dialect::{Dialect, prepare};
 use crate::engine::{Engine, EngineRequest};
 use crate::error::{Error, ErrorKind, Result};
+use crate::semantics::Feature;
 
 /// Where a Spark Connect server is.
 #[derive(Debug, Clone)]
@@ -348,6 +349,18 @@ fn decode_ipc(data: &[u8]) -> Result<Vec<RecordBatch>> {
 impl Engine for SparkEngine {
     fn name(&self) -> &str {
         "spark"
+    }
+
+    /// Measured against PostgreSQL (tests/conformance): Spark prints timestamptz without its
+    /// offset, floats and intervals its own way, and has its own decimal division scale.
+    fn inexact(&self) -> &'static [Feature] {
+        &[
+            Feature::TemporalText,
+            Feature::IntervalText,
+            Feature::FloatText,
+            Feature::NumericDivision,
+            Feature::NumericAverage,
+        ]
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {

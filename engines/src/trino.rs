@@ -19,6 +19,7 @@ use crate::conform::conform_batch;
 use crate::dialect::{Dialect, prepare};
 use crate::engine::{Engine, EngineRequest};
 use crate::error::{Error, ErrorKind, Result};
+use crate::semantics::Feature;
 
 /// Where a Trino coordinator is and how to talk to it.
 #[derive(Debug, Clone)]
@@ -113,6 +114,20 @@ impl TrinoEngine {
 impl Engine for TrinoEngine {
     fn name(&self) -> &str {
         "trino"
+    }
+
+    /// Measured against PostgreSQL (tests/conformance): Trino prints timestamps, intervals and
+    /// floats its own way (`2024-01-01 03:51:00.000000`, `7.57E1`), keeps the dividend's scale
+    /// in decimal division and average, and does not plan interval arithmetic on dates.
+    fn inexact(&self) -> &'static [Feature] {
+        &[
+            Feature::TemporalText,
+            Feature::IntervalText,
+            Feature::FloatText,
+            Feature::NumericDivision,
+            Feature::NumericAverage,
+            Feature::IntervalArithmetic,
+        ]
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {

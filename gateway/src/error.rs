@@ -142,6 +142,18 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// The engine a session pinned does not reproduce a PostgreSQL behaviour the statement
+    /// relies on (routing would have let another engine answer).
+    #[error(
+        "engine {engine} does not give PostgreSQL's answer for {what}: let the router choose \
+         (SET lakegate.engine = auto) or pin another engine"
+    )]
+    Inexact {
+        /// The engine.
+        engine: String,
+        /// The behaviour, in words.
+        what: &'static str,
+    },
     /// A `lakegate.<name>` table that does not exist.
     #[error("relation \"lakegate.{name}\" does not exist")]
     UnknownSystemTable {
@@ -183,6 +195,7 @@ impl Error {
             Self::PermissionDenied { .. } => ErrorKind::InsufficientPrivilege,
             Self::Guardrail { .. } => ErrorKind::LimitExceeded,
             Self::TooComplex { .. } => ErrorKind::TooComplex,
+            Self::Inexact { .. } => ErrorKind::Unsupported,
         }
     }
 }

@@ -296,6 +296,22 @@ impl Session {
         (ms > 0).then(|| std::time::Duration::from_millis(ms))
     }
 
+    /// The session's `TimeZone` as engines and formatters read it: a zone name as set, and a
+    /// numeric offset (`-03:30`) turned from PostgreSQL's POSIX reading (positive west of
+    /// Greenwich) into ISO 8601's (`+03:30`, positive east).
+    pub fn time_zone(&self) -> String {
+        let tz = self.values.get("timezone").map_or("UTC", String::as_str);
+        match parse_offset(tz) {
+            Some(seconds) => {
+                let iso = -seconds;
+                let sign = if iso < 0 { '-' } else { '+' };
+                let a = iso.unsigned_abs();
+                format!("{sign}{:02}:{:02}", a / 3600, (a % 3600) / 60)
+            }
+            None => tz.to_string(),
+        }
+    }
+
     /// The settings an engine needs.
     pub fn engine_settings(&self) -> Settings {
         let search_path: Vec<String> = self
@@ -315,11 +331,7 @@ impl Session {
             } else {
                 search_path
             },
-            time_zone: self
-                .values
-                .get("timezone")
-                .cloned()
-                .unwrap_or_else(|| "UTC".into()),
+            time_zone: self.time_zone(),
             values: self.values.clone(),
             visible: None,
         }
@@ -556,6 +568,16 @@ mod tests {
             s.set("statement_timeout", "soon"),
             Err(Error::InvalidSetting { .. })
         ));
+    }
+
+    #[test]
+    fn numeric_time_zones_read_as_posix_like_postgresql() {
+        let mut s = session();
+        s.set("TimeZone", "-03:30").expect("offset");
+        assert_eq!(s.show("timezone").expect("set"), "-03:30");
+        assert_eq!(s.time_zone(), "+03:30");
+        s.set("TimeZone", "Europe/Paris").expect("name");
+        assert_eq!(s.engine_settings().time_zone, "Europe/Paris");
     }
 
     #[test]

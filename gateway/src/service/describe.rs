@@ -4,7 +4,6 @@
 //! engine answered. Descriptions are cached by their full key (statement, versions, session):
 //! a repeated Parse of an unchanged query (every pgbench or JDBC execution) skips planning.
 
-use arrow::datatypes::SchemaRef;
 use lakegate_engines::EngineRequest;
 use lakegate_engines::engine::Described;
 
@@ -28,16 +27,13 @@ impl GatewayService {
         Ok(described)
     }
 
-    /// The schema the planner promises for `plan`'s statement as the engines run it (before
-    /// renaming to the output names).
+    /// The planner's description of `plan`'s statement as the engines run it (before renaming
+    /// to the output names): the schema every engine's answer is cast to, and the features
+    /// an engine must reproduce to answer it.
     ///
     /// # Errors
     /// Planning errors of the statement.
-    pub(crate) async fn promised_schema(&self, plan: &Plan) -> Result<SchemaRef> {
-        Ok(self.planned(plan).await?.schema)
-    }
-
-    async fn planned(&self, plan: &Plan) -> Result<Described> {
+    pub(crate) async fn planned(&self, plan: &Plan) -> Result<Described> {
         let statement = plan.runs();
         let resolved = &plan.resolved;
         // System tables change on every read: their descriptions are not kept.

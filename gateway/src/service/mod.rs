@@ -258,6 +258,7 @@ impl GatewayService {
             StatementKind::Cursor => match statement {
                 Statement::Fetch { name, .. } => Ok(Some(Described {
                     param_types: vec![],
+                    features: Default::default(),
                     schema: session.cursor(&name.value)?.schema.clone(),
                 })),
                 // The declared queries are planned (and refused) as their DECLARE would.

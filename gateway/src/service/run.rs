@@ -10,6 +10,7 @@ use datafusion::common::ParamValues;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
+use lakegate_engines::semantics::{Feature, Features};
 use lakegate_engines::{EngineRef, EngineRequest, ErrorKind};
 use tracing::{debug, warn};
 
@@ -43,7 +44,7 @@ impl GatewayService {
         let (shape, bytes) = (plan.profile.shape, plan.scan_bytes());
         let routed = plan.route == Route::Routed;
         let count = plan.engines.len();
-        let mut promised = None;
+        let mut planned = None;
         let mut last: Option<Error> = None;
         for (i, name) in plan.engines.iter().enumerate() {
             let engine = self.engines.get(name)?;
@@ -54,8 +55,24 @@ impl GatewayService {
                 debug!(engine = %name, "breaker open: skipped");
                 continue;
             }
-            if !is_planner && promised.is_none() {
-                promised = Some(self.promised_schema(plan).await?);
+            if !is_planner && planned.is_none() {
+                planned = Some(self.planned(plan).await?);
+            }
+            if !is_planner
+                && let Some(feature) = planned
+                    .as_ref()
+                    .and_then(|d| inexact_for(engine.inexact(), &d.features))
+            {
+                let refused = Error::Inexact {
+                    engine: name.clone(),
+                    what: feature.describe(),
+                };
+                debug!(engine = %name, feature = ?feature, "engine refuses: not PostgreSQL's answer");
+                if !routed {
+                    return Err(refused);
+                }
+                last.get_or_insert(refused);
+                continue;
             }
             let request = EngineRequest {
                 statement: plan.runs(),
@@ -63,7 +80,11 @@ impl GatewayService {
                 pins: &plan.resolved.pins,
                 settings: &plan.settings,
                 system_tables: &plan.resolved.system_tables,
-                promised: if is_planner { None } else { promised.as_ref() },
+                promised: if is_planner {
+                    None
+                } else {
+                    planned.as_ref().map(|d| &d.schema)
+                },
                 lists_catalog: plan.resolved.catalog,
             };
             let started = Instant::now();
@@ -180,6 +201,11 @@ fn batch_bytes(batch: &arrow::array::RecordBatch) -> u64 {
         .iter()
         .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
         .sum()
+}
+
+/// The first of `features` an engine reproducing all but `inexact` cannot answer exactly.
+fn inexact_for(inexact: &[Feature], features: &Features) -> Option<Feature> {
+    features.iter().copied().find(|f| inexact.contains(f))
 }
 
 /// Whether an error of this kind is the engine's fault (unreachable, broken) rather than the

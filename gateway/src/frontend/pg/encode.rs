@@ -11,8 +11,9 @@ use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{StreamExt, stream};
+use lakegate_engines::pg_text;
 use pgwire::api::portal::Format;
-use pgwire::api::results::{FieldInfo, QueryResponse};
+use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse};
 use pgwire::error::PgWireResult;
 use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
@@ -29,10 +30,53 @@ pub(crate) fn format_options(session: &Session) -> Arc<FormatOptions> {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let mut options = FormatOptions::from_client_metadata(&values);
-    if let Some(tz) = values.get("timezone") {
-        options.time_zone = tz.clone();
-    }
+    options.time_zone = session.time_zone();
     Arc::new(options)
+}
+
+/// The text-format columns whose values PostgreSQL prints otherwise than arrow-pg would
+/// (timestamps, dates, times, intervals, floats), printed by [`lakegate_engines::pg_text`];
+/// their RowDescription types stay what they are.
+fn pg_text_columns(
+    batch: RecordBatch,
+    fields: &[FieldInfo],
+    time_zone: &str,
+) -> Result<RecordBatch, ArrowError> {
+    let text = |i: usize, t: &DataType| {
+        fields
+            .get(i)
+            .is_some_and(|f| f.format() == FieldFormat::Text)
+            && pg_text::formats(t)
+            && *t != DataType::Boolean
+    };
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .any(|(i, f)| text(i, f.data_type()))
+    {
+        return Ok(batch);
+    }
+    let schema = batch.schema();
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    let mut out_fields = Vec::with_capacity(batch.num_columns());
+    for (i, (column, field)) in batch.columns().iter().zip(schema.fields()).enumerate() {
+        match text(i, column.data_type())
+            .then(|| pg_text::to_text(column.as_ref(), time_zone, pg_text::Booleans::Wire))
+            .flatten()
+        {
+            Some(printed) => {
+                columns.push(printed);
+                out_fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
+            }
+            None => {
+                columns.push(column.clone());
+                out_fields.push(field.as_ref().clone());
+            }
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(out_fields)), columns)
 }
 
 /// Arrow types PostgreSQL has no (or another) type for, mapped to what PostgreSQL would send:
@@ -144,6 +188,7 @@ pub(crate) fn query_response(
     format: &Format,
     options: Arc<FormatOptions>,
 ) -> PgWireResult<QueryResponse> {
+    let time_zone = options.time_zone.clone();
     let fields = Arc::new(fields(&stream.schema(), format, options)?);
     let wire = wire_schema(&stream.schema());
     let row_fields = fields.clone();
@@ -152,7 +197,10 @@ pub(crate) fn query_response(
             let batch = match (&wire, batch) {
                 (Some(schema), Ok(b)) => to_wire(b, schema).map_err(DataFusionError::from),
                 (_, other) => other,
-            };
+            }
+            .and_then(|b| {
+                pg_text_columns(b, &row_fields, &time_zone).map_err(DataFusionError::from)
+            });
             let rows: Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> = match batch {
                 Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
                 Err(e) => Box::new(std::iter::once(Err(to_pg_error(&Error::Engine(e.into()))))),

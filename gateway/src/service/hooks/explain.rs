@@ -143,6 +143,7 @@ impl GatewayService {
 pub(crate) fn described() -> Described {
     Described {
         param_types: vec![],
+        features: Default::default(),
         schema: schema(),
     }
 }

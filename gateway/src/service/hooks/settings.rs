@@ -128,6 +128,7 @@ pub(crate) fn describe(statement: &Statement) -> Option<Described> {
     match statement {
         Statement::ShowVariable { variable } => Some(Described {
             param_types: vec![],
+            features: Default::default(),
             schema: show_schema(&show_name(variable)),
         }),
         _ => None,

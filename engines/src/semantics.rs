@@ -1,0 +1,262 @@
+//! PostgreSQL's value semantics, where engines differ: what the embedded engine does to give
+//! PostgreSQL's answer, and which PostgreSQL behaviours a statement relies on, so that an
+//! engine that cannot reproduce one refuses the statement instead of answering differently.
+//!
+//! - [`PgTextCasts`]: an analyzer rule that turns every cast of a timestamp, date, time,
+//!   interval, float or boolean to text (explicit, or inserted by type coercion as in
+//!   `'at ' || ts`) into [`pg_text`](crate::pg_text)'s formatting, in the session's time zone.
+//! - [`features`]: the [`Feature`]s of a planned statement, read from its analyzed plan.
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, Result as DfResult};
+use datafusion::logical_expr::expr::{AggregateFunction, Cast, TryCast};
+use datafusion::logical_expr::{
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+use serde::Serialize;
+
+use crate::pg_text::{self, Booleans};
+
+/// A PostgreSQL behaviour a statement relies on that not every engine reproduces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// A timestamp, date or time printed as text (`ts::text`, `'at ' || ts`).
+    TemporalText,
+    /// An interval printed as text.
+    IntervalText,
+    /// A float printed as text (PostgreSQL's shortest form, `1e+20`).
+    FloatText,
+    /// A boolean printed as text (`true` / `false`).
+    BooleanText,
+    /// `numeric / numeric`: PostgreSQL's result scale depends on the values.
+    NumericDivision,
+    /// `avg(numeric)`: likewise.
+    NumericAverage,
+    /// Date and time arithmetic with intervals.
+    IntervalArithmetic,
+}
+
+impl Feature {
+    /// What the behaviour is, for a refusal's message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::TemporalText => "a timestamp, date or time converted to text",
+            Self::IntervalText => "an interval converted to text",
+            Self::FloatText => "a float converted to text",
+            Self::BooleanText => "a boolean converted to text",
+            Self::NumericDivision => "numeric division (PostgreSQL's result scale)",
+            Self::NumericAverage => "avg of a numeric (PostgreSQL's result scale)",
+            Self::IntervalArithmetic => "date/time arithmetic with an interval",
+        }
+    }
+
+    /// The feature printing a value of `data_type` as text needs, if any.
+    fn of_text(data_type: &DataType) -> Option<Self> {
+        match data_type {
+            DataType::Timestamp(_, _)
+            | DataType::Date32
+            | DataType::Date64
+            | DataType::Time32(_)
+            | DataType::Time64(_) => Some(Self::TemporalText),
+            DataType::Interval(_) => Some(Self::IntervalText),
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => Some(Self::FloatText),
+            DataType::Boolean => Some(Self::BooleanText),
+            _ => None,
+        }
+    }
+}
+
+/// The set of [`Feature`]s a statement relies on.
+pub type Features = BTreeSet<Feature>;
+
+fn is_text(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+}
+
+/// The input schema an expression of `plan` is typed against (its inputs, merged).
+fn input_schema(plan: &LogicalPlan) -> DFSchema {
+    let mut schema = DFSchema::empty();
+    for input in plan.inputs() {
+        schema.merge(input.schema());
+    }
+    schema
+}
+
+/// Rewrites casts to text of the types PostgreSQL prints its own way (see the module docs).
+#[derive(Debug, Default)]
+pub struct PgTextCasts;
+
+impl AnalyzerRule for PgTextCasts {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        let zone = config
+            .execution
+            .time_zone
+            .clone()
+            .unwrap_or_else(|| "UTC".to_string());
+        let udf = Arc::new(ScalarUDF::from(PgText::new(zone)));
+        plan.transform_up_with_subqueries(|node| {
+            let schema = input_schema(&node);
+            node.map_expressions(|expr| {
+                expr.transform_up(|e| {
+                    let (inner, target) = match &e {
+                        Expr::Cast(Cast { expr, data_type })
+                        | Expr::TryCast(TryCast { expr, data_type }) => (expr, data_type),
+                        _ => return Ok(Transformed::no(e)),
+                    };
+                    if !is_text(target) {
+                        return Ok(Transformed::no(e));
+                    }
+                    let Ok(from) = inner.get_type(&schema) else {
+                        return Ok(Transformed::no(e));
+                    };
+                    if !pg_text::formats(&from) {
+                        return Ok(Transformed::no(e));
+                    }
+                    let printed = udf.call(vec![inner.as_ref().clone()]);
+                    let printed = if *target == DataType::Utf8 {
+                        printed
+                    } else {
+                        Expr::Cast(Cast::new(Box::new(printed), target.clone()))
+                    };
+                    Ok(Transformed::yes(printed))
+                })
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "lakegate_pg_text_casts"
+    }
+}
+
+/// `lakegate_pg_text(x)`: `x` as PostgreSQL prints it as text.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgText {
+    signature: Signature,
+    zone: String,
+}
+
+impl PgText {
+    fn new(zone: String) -> Self {
+        Self {
+            signature: Signature::any(1, Volatility::Immutable),
+            zone,
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgText {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn name(&self) -> &str {
+        "lakegate_pg_text"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let rows = args.number_rows;
+        let Some(arg) = args.args.into_iter().next() else {
+            return datafusion::common::plan_err!("lakegate_pg_text takes one argument");
+        };
+        let scalar = matches!(arg, ColumnarValue::Scalar(_));
+        let array = arg.into_array(if scalar { 1 } else { rows })?;
+        let text = match pg_text::to_text(array.as_ref(), &self.zone, Booleans::Words) {
+            Some(text) => text,
+            None => arrow::compute::cast(&array, &DataType::Utf8)?,
+        };
+        Ok(if scalar {
+            ColumnarValue::Scalar(datafusion::scalar::ScalarValue::try_from_array(&text, 0)?)
+        } else {
+            ColumnarValue::Array(text)
+        })
+    }
+}
+
+/// The features `plan` (analyzed: type coercion's casts are in it) relies on.
+pub fn features(plan: &LogicalPlan) -> Features {
+    let mut found = Features::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        let schema = input_schema(node);
+        let _ = node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                match e {
+                    Expr::Cast(Cast { expr, data_type })
+                    | Expr::TryCast(TryCast { expr, data_type })
+                        if is_text(data_type) =>
+                    {
+                        if let Some(f) = expr
+                            .get_type(&schema)
+                            .ok()
+                            .as_ref()
+                            .and_then(Feature::of_text)
+                        {
+                            found.insert(f);
+                        }
+                    }
+                    Expr::ScalarFunction(f) if f.name() == "lakegate_pg_text" => {
+                        if let Some(feature) = f
+                            .args
+                            .first()
+                            .and_then(|a| a.get_type(&schema).ok())
+                            .as_ref()
+                            .and_then(Feature::of_text)
+                        {
+                            found.insert(feature);
+                        }
+                    }
+                    Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                        let types = (left.get_type(&schema), right.get_type(&schema));
+                        if let (Ok(l), Ok(r)) = types {
+                            let decimal = |t: &DataType| {
+                                matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+                            };
+                            if *op == Operator::Divide && (decimal(&l) || decimal(&r)) {
+                                found.insert(Feature::NumericDivision);
+                            }
+                            let interval = |t: &DataType| matches!(t, DataType::Interval(_));
+                            if matches!(op, Operator::Plus | Operator::Minus)
+                                && (interval(&l) || interval(&r))
+                            {
+                                found.insert(Feature::IntervalArithmetic);
+                            }
+                        }
+                    }
+                    Expr::AggregateFunction(AggregateFunction { func, params })
+                        if func.name().eq_ignore_ascii_case("avg")
+                            && params.args.first().is_some_and(|a| {
+                                matches!(
+                                    a.get_type(&schema),
+                                    Ok(DataType::Decimal128(..) | DataType::Decimal256(..))
+                                )
+                            }) =>
+                    {
+                        found.insert(Feature::NumericAverage);
+                    }
+                    _ => {}
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        });
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
