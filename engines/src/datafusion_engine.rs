@@ -245,6 +245,7 @@ impl DataFusionEngine {
         for udf in session_udfs(&self.database, request.settings) {
             ctx.register_udf(udf);
         }
+        ctx.register_udf(crate::to_char::udf(&request.settings.time_zone));
         Ok(ctx)
     }
 

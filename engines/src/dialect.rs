@@ -289,6 +289,17 @@ impl VisitorMut for Rewriter<'_> {
                     *expr = call("lower", call("to_hex", call("md5", call("to_utf8", arg))));
                 }
             }
+            // PostgreSQL's LIKE escapes with `\` unless told otherwise; DuckDB and Trino have
+            // no default escape character.
+            Expr::Like { escape_char, .. } | Expr::ILike { escape_char, .. }
+                if escape_char.is_none()
+                    && matches!(self.dialect, Dialect::Trino { .. } | Dialect::DuckDb) =>
+            {
+                *escape_char = Some(Value::SingleQuotedString("\\".into()));
+                if let Expr::ILike { .. } = expr {
+                    return self.post_visit_expr(expr);
+                }
+            }
             Expr::ILike {
                 negated,
                 expr: left,

@@ -24,6 +24,7 @@
 //! - [`semantics`] — PostgreSQL's value semantics: what the embedded engine keeps, and the
 //!   features a statement relies on that other engines refuse.
 //! - [`pg_text`] — values printed as PostgreSQL prints them.
+//! - [`to_char`] — PostgreSQL's `to_char` templates on the embedded engine.
 //! - [`units`] — byte counts as people read them.
 
 pub mod conform;
@@ -38,6 +39,7 @@ pub mod pg_text;
 pub mod semantics;
 pub mod spark;
 pub mod system_catalog;
+pub mod to_char;
 pub mod trino;
 pub mod units;
 

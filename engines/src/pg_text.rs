@@ -164,6 +164,10 @@ pub fn to_text(array: &dyn Array, time_zone: &str, booleans: Booleans) -> Option
 
 /// The session's time zone: a name (`Europe/Paris`) or a fixed offset (`+02:00`); UTC when
 /// neither parses.
+pub(crate) fn zone_for(name: &str) -> Zone {
+    zone(name)
+}
+
 fn zone(name: &str) -> Zone {
     if let Ok(tz) = name.parse::<chrono_tz::Tz>() {
         return Zone::Named(tz);
@@ -187,8 +191,11 @@ fn parse_offset(v: &str) -> Option<i32> {
     (h <= 15 && m < 60).then_some(sign * (h * 3600 + m * 60))
 }
 
-enum Zone {
+/// A session time zone, resolved.
+pub(crate) enum Zone {
+    /// A zone of the tz database.
     Named(chrono_tz::Tz),
+    /// A fixed offset.
     Fixed(chrono::FixedOffset),
 }
 

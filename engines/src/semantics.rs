@@ -4,7 +4,10 @@
 //!
 //! - [`PgTextCasts`]: an analyzer rule that turns every cast of a timestamp, date, time,
 //!   interval, float or boolean to text (explicit, or inserted by type coercion as in
-//!   `'at ' || ts`) into [`pg_text`](crate::pg_text)'s formatting, in the session's time zone.
+//!   `'at ' || ts`) into [`pg_text`](crate::pg_text)'s formatting, in the session's time zone;
+//!   and gives casts to integers PostgreSQL's rounding: a numeric rounds half away from zero
+//!   (`2.5::int` is 3), a float to the nearest even (`2.5::float8::int` is 2, as `rint`), and
+//!   `round(float8)` rounds to even too.
 //! - [`features`]: the [`Feature`]s of a planned statement, read from its analyzed plan.
 
 use std::any::Any;
@@ -43,6 +46,15 @@ pub enum Feature {
     NumericAverage,
     /// Date and time arithmetic with intervals.
     IntervalArithmetic,
+    /// A numeric or float cast to an integer (PostgreSQL rounds: half away from zero for
+    /// numeric, to even for floats).
+    IntegerCast,
+    /// `concat` / `concat_ws` (PostgreSQL skips NULL arguments).
+    Concat,
+    /// `initcap` (PostgreSQL starts a word after any non-alphanumeric character).
+    Initcap,
+    /// `date - date` (PostgreSQL: the days between, an integer).
+    DateDifference,
 }
 
 impl Feature {
@@ -56,6 +68,10 @@ impl Feature {
             Self::NumericDivision => "numeric division (PostgreSQL's result scale)",
             Self::NumericAverage => "avg of a numeric (PostgreSQL's result scale)",
             Self::IntervalArithmetic => "date/time arithmetic with an interval",
+            Self::IntegerCast => "a numeric or float cast to an integer (PostgreSQL rounds)",
+            Self::Concat => "concat/concat_ws (PostgreSQL skips NULL arguments)",
+            Self::Initcap => "initcap",
+            Self::DateDifference => "date - date",
         }
     }
 
@@ -103,22 +119,51 @@ impl AnalyzerRule for PgTextCasts {
             .clone()
             .unwrap_or_else(|| "UTC".to_string());
         let udf = Arc::new(ScalarUDF::from(PgText::new(zone)));
+        let rint = Arc::new(ScalarUDF::from(Rint::default()));
         plan.transform_up_with_subqueries(|node| {
             let schema = input_schema(&node);
             node.map_expressions(|expr| {
                 expr.transform_up(|e| {
-                    let (inner, target) = match &e {
-                        Expr::Cast(Cast { expr, data_type })
-                        | Expr::TryCast(TryCast { expr, data_type }) => (expr, data_type),
+                    if let Expr::ScalarFunction(f) = &e
+                        && f.name() == "round"
+                        && f.args.len() == 1
+                        && matches!(
+                            f.args[0].get_type(&schema),
+                            Ok(DataType::Float32 | DataType::Float64)
+                        )
+                    {
+                        return Ok(Transformed::yes(rint.call(f.args.clone())));
+                    }
+                    let (inner, target, try_cast) = match &e {
+                        Expr::Cast(Cast { expr, data_type }) => (expr, data_type, false),
+                        Expr::TryCast(TryCast { expr, data_type }) => (expr, data_type, true),
                         _ => return Ok(Transformed::no(e)),
                     };
-                    if !is_text(target) {
-                        return Ok(Transformed::no(e));
-                    }
                     let Ok(from) = inner.get_type(&schema) else {
                         return Ok(Transformed::no(e));
                     };
-                    if !pg_text::formats(&from) {
+                    let recast = |value: Expr| {
+                        if try_cast {
+                            Expr::TryCast(TryCast::new(Box::new(value), target.clone()))
+                        } else {
+                            Expr::Cast(Cast::new(Box::new(value), target.clone()))
+                        }
+                    };
+                    if target.is_integer() {
+                        let rounded = match from {
+                            DataType::Decimal128(_, s) | DataType::Decimal256(_, s) if s > 0 => {
+                                datafusion::functions::math::expr_fn::round(vec![
+                                    inner.as_ref().clone(),
+                                ])
+                            }
+                            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                                rint.call(vec![inner.as_ref().clone()])
+                            }
+                            _ => return Ok(Transformed::no(e)),
+                        };
+                        return Ok(Transformed::yes(recast(rounded)));
+                    }
+                    if !is_text(target) || !pg_text::formats(&from) {
                         return Ok(Transformed::no(e));
                     }
                     let printed = udf.call(vec![inner.as_ref().clone()]);
@@ -191,6 +236,82 @@ impl ScalarUDFImpl for PgText {
     }
 }
 
+/// `lakegate_rint(x)`: `x` rounded to the nearest integer, ties to even (PostgreSQL's `rint`,
+/// its float-to-integer cast and `round(float8)`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Rint {
+    signature: Signature,
+}
+
+impl Default for Rint {
+    fn default() -> Self {
+        Self {
+            signature: Signature::uniform(
+                1,
+                vec![DataType::Float64, DataType::Float32],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Rint {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn name(&self) -> &str {
+        "lakegate_rint"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(arg_types.first().cloned().unwrap_or(DataType::Float64))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        use arrow::array::{Float32Array, Float64Array};
+        use datafusion::scalar::ScalarValue;
+        let Some(arg) = args.args.into_iter().next() else {
+            return datafusion::common::plan_err!("lakegate_rint takes one argument");
+        };
+        Ok(match arg {
+            ColumnarValue::Scalar(ScalarValue::Float64(v)) => {
+                ColumnarValue::Scalar(ScalarValue::Float64(v.map(f64::round_ties_even)))
+            }
+            ColumnarValue::Scalar(ScalarValue::Float32(v)) => {
+                ColumnarValue::Scalar(ScalarValue::Float32(v.map(f32::round_ties_even)))
+            }
+            ColumnarValue::Array(a) => {
+                if let Some(f) = a.as_any().downcast_ref::<Float64Array>() {
+                    ColumnarValue::Array(Arc::new(
+                        f.iter()
+                            .map(|v| v.map(f64::round_ties_even))
+                            .collect::<Float64Array>(),
+                    ))
+                } else if let Some(f) = a.as_any().downcast_ref::<Float32Array>() {
+                    ColumnarValue::Array(Arc::new(
+                        f.iter()
+                            .map(|v| v.map(f32::round_ties_even))
+                            .collect::<Float32Array>(),
+                    ))
+                } else {
+                    return datafusion::common::plan_err!("lakegate_rint takes a float");
+                }
+            }
+            other => {
+                return datafusion::common::plan_err!(
+                    "lakegate_rint takes a float, not {}",
+                    other.data_type()
+                );
+            }
+        })
+    }
+}
+
 /// The features `plan` (analyzed: type coercion's casts are in it) relies on.
 pub fn features(plan: &LogicalPlan) -> Features {
     let mut found = Features::new();
@@ -212,6 +333,31 @@ pub fn features(plan: &LogicalPlan) -> Features {
                             found.insert(f);
                         }
                     }
+                    Expr::Cast(Cast { expr, data_type })
+                    | Expr::TryCast(TryCast { expr, data_type })
+                        if data_type.is_integer() =>
+                    {
+                        let rounds = matches!(
+                            expr.as_ref(),
+                            Expr::ScalarFunction(f) if f.name() == "lakegate_rint" || f.name() == "round"
+                        ) || matches!(
+                            expr.get_type(&schema),
+                            Ok(DataType::Float16
+                                | DataType::Float32
+                                | DataType::Float64
+                                | DataType::Decimal128(..)
+                                | DataType::Decimal256(..))
+                        );
+                        if rounds {
+                            found.insert(Feature::IntegerCast);
+                        }
+                    }
+                    Expr::ScalarFunction(f) if f.name() == "concat" || f.name() == "concat_ws" => {
+                        found.insert(Feature::Concat);
+                    }
+                    Expr::ScalarFunction(f) if f.name() == "initcap" => {
+                        found.insert(Feature::Initcap);
+                    }
                     Expr::ScalarFunction(f) if f.name() == "lakegate_pg_text" => {
                         if let Some(feature) = f
                             .args
@@ -231,6 +377,11 @@ pub fn features(plan: &LogicalPlan) -> Features {
                             };
                             if *op == Operator::Divide && (decimal(&l) || decimal(&r)) {
                                 found.insert(Feature::NumericDivision);
+                            }
+                            if *op == Operator::Minus
+                                && matches!((&l, &r), (DataType::Date32, DataType::Date32))
+                            {
+                                found.insert(Feature::DateDifference);
                             }
                             let interval = |t: &DataType| matches!(t, DataType::Interval(_));
                             if matches!(op, Operator::Plus | Operator::Minus)

@@ -360,6 +360,10 @@ impl Engine for SparkEngine {
             Feature::FloatText,
             Feature::NumericDivision,
             Feature::NumericAverage,
+            Feature::IntegerCast,
+            Feature::Concat,
+            Feature::Initcap,
+            Feature::DateDifference,
         ]
     }
 

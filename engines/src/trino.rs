@@ -127,6 +127,8 @@ impl Engine for TrinoEngine {
             Feature::NumericDivision,
             Feature::NumericAverage,
             Feature::IntervalArithmetic,
+            Feature::IntegerCast,
+            Feature::Concat,
         ]
     }
 

@@ -1,13 +1,15 @@
 //! lakegate-sql: what the gateway reads from a parsed statement, before anything runs — its
 //! kind (query, session, transaction, cursor, write), the lake tables it reads (CTE scopes
 //! respected), and the profile the router decides on (shape, filtered/joined/grouped columns,
-//! LIMIT), the column-mask rewrite, and a bound on call nesting checked before parsing. Pure functions over the sqlparser AST: no engine, no catalog, no I/O, so the
+//! LIMIT), the column-mask rewrite, the rewrites that keep PostgreSQL's meaning on every engine
+//! (`semantics`), and a bound on call nesting checked before parsing. Pure functions over the sqlparser AST: no engine, no catalog, no I/O, so the
 //! `classifier` fuzz target builds it alone.
 
 pub mod classify;
 pub mod mask;
 pub mod nesting;
 pub mod profile;
+pub mod semantics;
 
 /// What the classifier can refuse.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! Parsing: SQL text → statements, PostgreSQL dialect, with the rewrites the tools' SQL needs
 //! before anything else sees it (`EXPLAIN ROUTE`, catalog type casts, recursive CTE column
-//! lists). Statements nested past `limits.max_call_nesting` are refused before the parser runs
+//! lists, and [`lakegate_sql::semantics`]: PostgreSQL's meaning kept on every engine). Statements nested past `limits.max_call_nesting` are refused before the parser runs
 //! (its time doubles with each level).
 
 use datafusion::sql::sqlparser::ast::{Expr, Statement};
@@ -41,6 +41,9 @@ impl Parser {
             message: syntax_message(&e.to_string()),
         })?;
         statements.iter_mut().for_each(rewrite_catalog_types);
+        statements
+            .iter_mut()
+            .for_each(lakegate_sql::semantics::rewrite);
         statements.iter_mut().for_each(rename_recursive_cte_columns);
         Ok(statements)
     }

@@ -1,0 +1,93 @@
+"""The differential conformance suite: tests/conformance/*.slt hold statements and the answers
+a real PostgreSQL gave over the same rows (the engine estate loads `conf.*` into Iceberg and
+into the PostgreSQL database `oracle`). lakegate-slt runs every file through lakegate on each
+engine (pinned) and routed, comparing column types and text row by row.
+
+- The files must be PostgreSQL's answers: run against the oracle itself, every record matches.
+- A pinned Trino, Spark or DuckDB may refuse a statement (an error, never an answer); DataFusion
+  and routed sessions must answer.
+- What is not yet PostgreSQL's answer is listed, per engine, in tests/conformance/known_gaps.tsv;
+  anything else wrong or failing fails this test. `LAKEGATE_CONFORMANCE_UPDATE=1` rewrites that
+  list from this run (review the diff: a new line is a new gap).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, lakegate_bin
+
+SUITE = sorted((ROOT / "tests" / "conformance").glob("*.slt"))
+KNOWN = ROOT / "tests" / "conformance" / "known_gaps.tsv"
+ENGINES = ["datafusion", "duckdb", "trino", "spark", "auto"]
+
+
+def slt_bin() -> str:
+    return str(Path(lakegate_bin()).with_name("lakegate-slt"))
+
+
+def run_suite(url: str, engine: str | None, report: Path) -> subprocess.CompletedProcess:
+    cmd = [slt_bin(), "--url", url, "--report", str(report)]
+    if engine:
+        cmd += ["--engine", engine]
+    return subprocess.run([*cmd, *map(str, SUITE)], capture_output=True, text=True, timeout=900)
+
+
+def known_gaps() -> set[tuple[str, str, str]]:
+    if not KNOWN.exists():
+        return set()
+    rows = (line.split("\t") for line in KNOWN.read_text().splitlines()
+            if line and not line.startswith("#"))
+    return {(e, o, sql) for e, o, sql in rows}
+
+
+@pytest.fixture(scope="module")
+def conformance(engine_estate, tmp_path_factory):
+    """One run of the suite per engine: {engine: report}."""
+    out = tmp_path_factory.mktemp("conformance")
+    lakegate = f"postgresql://tester@127.0.0.1:{engine_estate.gateway.port}/lakegate"
+    reports = {}
+    for engine in ENGINES:
+        path = out / f"{engine}.jsonl"
+        done = run_suite(lakegate, engine, path)
+        assert path.exists(), done.stderr[-3000:]
+        reports[engine] = json.loads(path.read_text().splitlines()[-1])
+        print(done.stdout.strip())
+    (out / "summary.json").write_text(json.dumps(
+        {e: {k: r[k] for k in ("records", "matched", "refused", "wrong", "failed")}
+         for e, r in reports.items()}, indent=1))
+    return reports
+
+
+def test_the_expected_results_are_postgresqls_own(engine_estate, tmp_path):
+    done = run_suite(engine_estate.oracle, None, tmp_path / "oracle.jsonl")
+    assert done.returncode == 0, done.stderr[-5000:]
+    report = json.loads((tmp_path / "oracle.jsonl").read_text())
+    assert report["records"] >= 300 and report["matched"] == report["records"], report
+
+
+def test_every_engine_gives_postgresqls_answer_or_refuses(conformance):
+    seen = {(engine, m["outcome"], m["sql"]) for engine, r in conformance.items()
+            for m in r["misses"] if m["outcome"] in ("wrong", "failed")}
+    if os.environ.get("LAKEGATE_CONFORMANCE_UPDATE"):
+        KNOWN.write_text(
+            "# engine\toutcome\tstatement — records not yet PostgreSQL's answer (see README)\n"
+            + "".join(f"{e}\t{o}\t{s}\n" for e, o, s in sorted(seen)))
+    known = known_gaps()
+    new = seen - known
+    details = {(e, m["outcome"], m["sql"]): m["detail"] for e, r in conformance.items()
+               for m in r["misses"]}
+    assert not new, "new differences from PostgreSQL:\n" + "\n\n".join(
+        f"[{e}] {o}: {s}\n{details[(e, o, s)]}" for e, o, s in sorted(new))
+    fixed = known - seen
+    if fixed:
+        print(f"{len(fixed)} known gaps now match PostgreSQL: remove them from {KNOWN.name}")
+    for engine, r in conformance.items():
+        # A refusal is only ever an error: DataFusion and routed sessions never refuse.
+        if engine in ("datafusion", "auto"):
+            assert r["refused"] == 0, r
+        assert r["records"] == conformance["datafusion"]["records"]
