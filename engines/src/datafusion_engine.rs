@@ -171,18 +171,21 @@ impl DataFusionEngine {
         Ok(current)
     }
 
-    /// The catalog listing and `pg_catalog` this request may see (filtered once per listing
-    /// and visibility key, not per statement).
+    /// The catalog listing and `pg_catalog` this request may see, for the database the client
+    /// connected to (filtered and built once per listing, database and visibility key, not
+    /// per statement).
     fn view(
         &self,
         directory: Arc<Directory>,
+        database: &str,
         visible: Option<&crate::engine::Visibility>,
     ) -> Result<(Arc<Directory>, Arc<dyn SchemaProvider>)> {
-        let Some(v) = visible else {
+        if visible.is_none() && database == self.database {
             return Ok((directory, self.pg_catalog.clone()));
-        };
+        }
+        let key = format!("{database}\u{0}{}", visible.map_or("", |v| v.key.as_str()));
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
-        let pg_catalog = match views.get(&v.key) {
+        let pg_catalog = match views.get(&key) {
             Some(view) if Arc::ptr_eq(&view.source, &directory) => {
                 return Ok((view.filtered.clone(), view.pg_catalog.clone()));
             }
@@ -193,15 +196,18 @@ impl DataFusionEngine {
                 }
                 crate::system_catalog::pg_catalog_schema_for(
                     self.lake.clone(),
-                    self.database.clone(),
-                    Some(v.clone()),
+                    database.to_string(),
+                    visible.cloned(),
                     Some(self.static_tables.clone()),
                 )?
             }
         };
-        let filtered = Arc::new(directory.filtered(|ns, t| (v.allows)(ns, t)));
+        let filtered = match visible {
+            Some(v) => Arc::new(directory.filtered(|ns, t| (v.allows)(ns, t))),
+            None => directory.clone(),
+        };
         views.insert(
-            v.key.clone(),
+            key,
             VisibleView {
                 source: directory,
                 filtered: filtered.clone(),
@@ -215,7 +221,9 @@ impl DataFusionEngine {
     /// the session's settings.
     async fn context(&self, request: &EngineRequest<'_>) -> Result<SessionContext> {
         let directory = self.directory_for(request.lists_catalog).await?;
-        let (directory, pg_catalog) = self.view(directory, request.settings.visible.as_ref())?;
+        let database = request.settings.database.as_str();
+        let (directory, pg_catalog) =
+            self.view(directory, database, request.settings.visible.as_ref())?;
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         let system = Arc::new(datafusion::catalog::MemorySchemaProvider::new());
         for (name, batch) in request.system_tables {
@@ -226,7 +234,7 @@ impl DataFusionEngine {
             system.register_table(name.clone(), Arc::new(table))?;
         }
         catalogs.register_catalog(
-            self.database.clone(),
+            database.to_string(),
             Arc::new(LakeCatalog {
                 lake: self.lake.clone(),
                 pins: request.pins.clone(),
@@ -242,7 +250,7 @@ impl DataFusionEngine {
             .with_catalog_list(catalogs as Arc<dyn CatalogProviderList>)
             .build();
         let ctx = SessionContext::new_with_state(state);
-        for udf in session_udfs(&self.database, request.settings) {
+        for udf in session_udfs(database, request.settings) {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::to_char::udf(&request.settings.time_zone));
@@ -268,6 +276,7 @@ impl DataFusionEngine {
 
 fn apply_settings(config: &mut SessionConfig, settings: &Settings) {
     let options = config.options_mut();
+    options.catalog.default_catalog = settings.database.clone();
     options.catalog.default_schema = settings.default_schema().to_string();
     options.execution.time_zone = Some(settings.time_zone.clone());
 }

@@ -71,6 +71,9 @@ impl std::fmt::Debug for Visibility {
 pub struct Settings {
     /// The user the session authenticated as.
     pub user: String,
+    /// The database the client connected to (`current_database()`, `pg_database`,
+    /// `information_schema`'s catalog).
+    pub database: String,
     /// Schemas searched for unqualified table names, first one is the default.
     pub search_path: Vec<String>,
     /// The session time zone (`TimeZone`), e.g. `UTC` or `Europe/Paris`.
@@ -85,6 +88,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             user: "lakegate".into(),
+            database: "lakegate".into(),
             search_path: vec!["public".into()],
             time_zone: "UTC".into(),
             values: BTreeMap::new(),

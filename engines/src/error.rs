@@ -28,6 +28,8 @@ pub enum ErrorKind {
     Canceled,
     /// A cursor named by FETCH / CLOSE / MOVE does not exist.
     UndefinedCursor,
+    /// A prepared statement named by DEALLOCATE does not exist (SQLSTATE 26000).
+    UndefinedPreparedStatement,
     /// DECLARE of a cursor whose name is taken.
     DuplicateCursor,
     /// A statement in a transaction that already failed (only ROLLBACK is accepted).

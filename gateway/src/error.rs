@@ -71,6 +71,12 @@ pub enum Error {
         /// The cursor's name.
         name: String,
     },
+    /// `DEALLOCATE` of a prepared statement that does not exist.
+    #[error("prepared statement \"{name}\" does not exist")]
+    PreparedStatementNotFound {
+        /// The statement's name.
+        name: String,
+    },
     /// `DECLARE` of a cursor whose name is taken.
     #[error("cursor \"{name}\" already exists")]
     DuplicateCursor {
@@ -181,6 +187,7 @@ impl Error {
             Self::UnknownSetting { .. } => ErrorKind::UndefinedObject,
             Self::ReadOnlySetting { .. } => ErrorKind::CantChangeSetting,
             Self::CursorNotFound { .. } => ErrorKind::UndefinedCursor,
+            Self::PreparedStatementNotFound { .. } => ErrorKind::UndefinedPreparedStatement,
             Self::DuplicateCursor { .. } => ErrorKind::DuplicateCursor,
             Self::Canceled => ErrorKind::Canceled,
             Self::Engine(e) => e.kind(),

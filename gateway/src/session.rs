@@ -130,6 +130,7 @@ pub struct Cursor {
 /// One client connection's state.
 pub struct Session {
     user: String,
+    database: String,
     frontend: Frontend,
     values: BTreeMap<String, String>,
     defaults: BTreeMap<String, String>,
@@ -146,6 +147,7 @@ impl Session {
         defaults.insert("search_path".into(), default_schema.to_string());
         Self {
             user: user.to_string(),
+            database: "lakegate".to_string(),
             frontend: Frontend::Local,
             values: defaults.clone(),
             defaults,
@@ -170,6 +172,18 @@ impl Session {
     pub fn with_frontend(mut self, frontend: Frontend) -> Self {
         self.frontend = frontend;
         self
+    }
+
+    /// This session as connected to database `name` (what `current_database()` and
+    /// `pg_database` name; any name is accepted: the lake is the same).
+    pub fn with_database(mut self, name: &str) -> Self {
+        self.database = name.to_string();
+        self
+    }
+
+    /// The database the client connected to.
+    pub fn database(&self) -> &str {
+        &self.database
     }
 
     /// The frontend the session came through.
@@ -326,6 +340,7 @@ impl Session {
             .unwrap_or_default();
         Settings {
             user: self.user.clone(),
+            database: self.database.clone(),
             search_path: if search_path.is_empty() {
                 vec!["public".into()]
             } else {

@@ -21,7 +21,7 @@ pub const LAKEGATE_SCHEMA: &str = "lakegate";
 pub enum StatementKind {
     /// A read: SELECT, WITH, VALUES, TABLE, EXPLAIN of a read.
     Query,
-    /// `SET`, `SHOW`, `RESET`, `DISCARD`: session settings.
+    /// `SET`, `SHOW`, `RESET`, `DISCARD`, `DEALLOCATE`: session state.
     Session,
     /// `BEGIN`, `COMMIT`, `ROLLBACK`.
     Transaction,
@@ -56,9 +56,11 @@ pub fn kind(statement: &Statement) -> StatementKind {
             StatementKind::Query => StatementKind::Query,
             _ => StatementKind::Other,
         },
-        S::Set(_) | S::ShowVariable { .. } | S::Reset(_) | S::Discard { .. } => {
-            StatementKind::Session
-        }
+        S::Set(_)
+        | S::ShowVariable { .. }
+        | S::Reset(_)
+        | S::Discard { .. }
+        | S::Deallocate { .. } => StatementKind::Session,
         S::StartTransaction { .. }
         | S::Commit { .. }
         | S::Rollback { .. }

@@ -171,3 +171,23 @@ def test_masked_columns_hash_alike_on_every_engine(estate):
             used = conn.execute("SELECT engine FROM lakegate.queries WHERE query NOT LIKE "
                                 "'%lakegate.queries%' ORDER BY query_id DESC LIMIT 1").fetchone()
             assert used == (engine,), (engine, used)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_server_side_cursor_reads_in_pieces_to_its_end_on_every_engine(estate, engine):
+    """psycopg's named cursor: DECLARE, then FETCH FORWARD n until fewer rows come, then once
+    more after the end (the stream had ended: a FETCH must read nothing, never fail)."""
+    dsn = f"host=127.0.0.1 port={estate.gateway.port} user=tester dbname=lakegate " \
+          f"options='-c lakegate.engine={engine}'"
+    with psycopg.connect(dsn) as conn:
+        with conn.cursor(name="pieces") as cur:
+            cur.itersize = 7
+            cur.execute("SELECT id FROM typed WHERE id <= 30 ORDER BY id")
+            assert [r[0] for r in cur] == list(range(1, 31))
+            assert cur.fetchmany(5) == []
+            assert cur.fetchall() == []
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        answered = conn.execute(
+            "SELECT engine FROM lakegate.queries WHERE query LIKE 'SELECT id FROM typed WHERE id <= 30%' "
+            "ORDER BY query_id DESC LIMIT 1").fetchone()
+        assert answered == (engine,), answered

@@ -184,3 +184,37 @@ def test_absurd_parameter_number_is_refused_cheaply(gateway):
             conn.execute("SELECT $1000000000::int", prepare=True)
         assert "65535" in str(info.value)
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_connection_pool_resets_work_as_in_postgresql(gateway):
+    """psycopg, psycopg_pool and pgbouncer reset sessions with DEALLOCATE ALL, DISCARD ALL and
+    RESET ALL: each works as PostgreSQL's does, and prepared statements keep working after."""
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        sql = "SELECT order_id FROM orders WHERE order_id = %s"
+        for i in (1, 2, 3):  # prepared by psycopg from the second execution on
+            assert conn.execute(sql, [i], prepare=True).fetchone() == (i,)
+        conn.execute("SET TimeZone = 'Europe/Paris'")
+        assert conn.execute("DEALLOCATE ALL").statusmessage == "DEALLOCATE ALL"
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName) as e:
+            conn.execute("DEALLOCATE no_such_statement")
+        assert e.value.sqlstate == "26000" and "no_such_statement" in str(e.value)
+        raw = conn.pgconn
+        assert raw.prepare(b"mine", b"SELECT 41 + 1").status == psycopg.pq.ExecStatus.COMMAND_OK
+        assert conn.execute("DEALLOCATE mine").statusmessage == "DEALLOCATE"
+        assert raw.describe_prepared(b"mine").status == psycopg.pq.ExecStatus.FATAL_ERROR
+        assert conn.execute("RESET ALL").statusmessage == "RESET"
+        assert conn.execute("SHOW TimeZone").fetchone() == ("UTC",)
+        assert conn.execute("DISCARD ALL").statusmessage == "DISCARD ALL"
+        assert conn.execute(sql, [4], prepare=True).fetchone() == (4,)
+
+
+def test_current_database_is_the_one_connected_to(gateway):
+    dsn = gateway.dsn.replace("dbname=lakegate", "dbname=analytics")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT current_database(), current_catalog").fetchone() == (
+            "analytics", "analytics")
+        assert ("analytics",) in conn.execute("SELECT datname FROM pg_database").fetchall()
+        catalogs = conn.execute("SELECT DISTINCT table_catalog FROM information_schema.tables "
+                                "WHERE table_schema = 'public'").fetchall()
+        assert catalogs == [("analytics",)]
+        assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0

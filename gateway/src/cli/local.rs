@@ -19,7 +19,8 @@ async fn run_local(
     sql: &str,
     mut each: impl FnMut(&RecordBatch),
 ) -> Result<()> {
-    let mut session = Session::new("local", &config.pg.default_schema);
+    let mut session =
+        Session::new("local", &config.pg.default_schema).with_database(&config.pg.database);
     for statement in service.parse(sql)? {
         let ctx = service.context(&session, CancellationToken::new());
         if let QueryOutput::Rows { mut stream, .. } = service

@@ -84,6 +84,17 @@ pub struct Command {
     pub transaction: TransactionEffect,
     /// A setting that changed and should be reported to the client (name, value).
     pub changed_setting: Option<(String, String)>,
+    /// Prepared statements the frontend must drop (`DEALLOCATE`, `DISCARD ALL`).
+    pub deallocate: Option<Deallocate>,
+}
+
+/// Which prepared statements a `DEALLOCATE` or `DISCARD ALL` drops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deallocate {
+    /// Every one of the session's.
+    All,
+    /// The one called so (it must exist: 26000 otherwise, as in PostgreSQL).
+    Named(String),
 }
 
 /// How a command moves the transaction state.
@@ -103,6 +114,7 @@ impl Command {
             tag: tag.into(),
             transaction: TransactionEffect::None,
             changed_setting: None,
+            deallocate: None,
         }
     }
 }

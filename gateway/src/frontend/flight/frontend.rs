@@ -72,7 +72,8 @@ pub fn to_status(e: &Error) -> Status {
         | ErrorKind::UndefinedColumn
         | ErrorKind::UndefinedObject
         | ErrorKind::UndefinedFunction
-        | ErrorKind::UndefinedCursor => Status::not_found(message),
+        | ErrorKind::UndefinedCursor
+        | ErrorKind::UndefinedPreparedStatement => Status::not_found(message),
         ErrorKind::Unsupported => Status::unimplemented(message),
         ErrorKind::Canceled => Status::cancelled(message),
         ErrorKind::Unavailable => Status::unavailable(message),
@@ -127,7 +128,9 @@ impl FlightSqlFrontend {
             .get(USER_HEADER)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("flight");
-        let mut session = Session::new(user, &self.default_schema).with_frontend(Frontend::Flight);
+        let mut session = Session::new(user, &self.default_schema)
+            .with_frontend(Frontend::Flight)
+            .with_database(&self.database);
         let default_timeout = self.statement_timeout.as_millis().to_string();
         session
             .apply_startup(&[("statement_timeout".into(), default_timeout)])

@@ -17,12 +17,16 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, DEFAULT_NAME, PgWireConnectionState, Type};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
+use pgwire::messages::extendedquery::{
+    Close, CloseComplete, Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
+    TARGET_TYPE_BYTE_STATEMENT,
+};
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 
 use super::encode::{fields, format_options};
 use super::handler::{
-    PgQueryHandler, aborted, cancel_token, ends_transaction, pg_error, session_of, to_pg_error,
+    PgQueryHandler, aborted, cancel_token, ends_transaction, pg_error, prepared_names, session_of,
+    to_pg_error,
 };
 use crate::error::Error;
 use crate::service::GatewayService;
@@ -221,6 +225,55 @@ impl ExtendedQueryHandler for PgQueryHandler {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Parse, as pgwire does it, keeping the statement's name for `DEALLOCATE ALL`.
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statement = StoredStatement::parse(client, &message, self.query_parser()).await?;
+        let name = statement.id.clone();
+        client.portal_store().put_statement(Arc::new(statement));
+        if name != DEFAULT_NAME {
+            prepared_names(client)
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name);
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// Close, as pgwire does it, forgetting a closed statement's name.
+    async fn on_close<C>(&self, client: &mut C, message: Close) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => {
+                client.portal_store().rm_statement(name);
+                prepared_names(client)
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(name);
+            }
+            TARGET_TYPE_BYTE_PORTAL => client.portal_store().rm_portal(name),
+            _ => {}
+        }
+        client
+            .send(PgWireBackendMessage::CloseComplete(CloseComplete::new()))
+            .await?;
+        Ok(())
     }
 
     /// Execute without a row limit streams rows straight to the socket as batches arrive

@@ -37,7 +37,7 @@ use super::startup::{ConnStartup, PgStartup};
 use crate::error::Error;
 use crate::security::auth::Auth;
 use crate::security::limits::{ConnectionLimits, LimitsConfig};
-use crate::service::{Frontend, GatewayService, QueryOutput, TransactionEffect};
+use crate::service::{Deallocate, Frontend, GatewayService, QueryOutput, TransactionEffect};
 use crate::session::{Session, reported_name};
 
 /// The connection's session, kept in pgwire's per-connection extensions.
@@ -182,6 +182,41 @@ pub(super) fn session_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<SessionCell>
     })
 }
 
+/// The names of the statements this connection prepared (Parse with a name), so that
+/// `DEALLOCATE ALL` and `DISCARD ALL` can drop them: pgwire's store cannot list them.
+pub(super) type PreparedNames = std::sync::Mutex<std::collections::BTreeSet<String>>;
+
+/// This connection's prepared statement names.
+pub(super) fn prepared_names<C: ClientInfo + ?Sized>(client: &C) -> Arc<PreparedNames> {
+    client
+        .session_extensions()
+        .get_or_insert_with(|| PreparedNames::new(Default::default()))
+}
+
+/// Drops the prepared statements a `DEALLOCATE` or `DISCARD ALL` names.
+fn deallocate<C>(client: &mut C, which: &Deallocate) -> Result<(), Error>
+where
+    C: ClientInfo + ClientPortalStore,
+    C::PortalStore: PortalStore,
+{
+    let names = prepared_names(client);
+    let mut names = names.lock().unwrap_or_else(|p| p.into_inner());
+    match which {
+        Deallocate::All => {
+            for name in std::mem::take(&mut *names) {
+                client.portal_store().rm_statement(&name);
+            }
+        }
+        Deallocate::Named(name) => {
+            if !names.remove(name) {
+                return Err(Error::PreparedStatementNotFound { name: name.clone() });
+            }
+            client.portal_store().rm_statement(name);
+        }
+    }
+    Ok(())
+}
+
 /// A fresh cancel token for the statement that starts now on this connection (a
 /// CancelRequest with its pid and secret key fires it).
 pub(super) fn cancel_token<C: ClientInfo + ?Sized>(client: &C) -> CancellationToken {
@@ -210,7 +245,8 @@ impl PgQueryHandler {
         format: &Format,
     ) -> Result<Response, Error>
     where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
@@ -246,7 +282,8 @@ impl PgQueryHandler {
         busy: Option<Busy>,
     ) -> Result<Response, Error>
     where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
@@ -275,6 +312,9 @@ impl PgQueryHandler {
                 Ok(Response::Query(response))
             }
             QueryOutput::Command(cmd) => {
+                if let Some(which) = &cmd.deallocate {
+                    deallocate(client, which)?;
+                }
                 if let Some((name, value)) = &cmd.changed_setting
                     && let Some(reported) = reported_name(name)
                 {

@@ -16,6 +16,7 @@ pub(crate) fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::DataException => "22000",
         ErrorKind::Canceled => "57014",
         ErrorKind::UndefinedCursor => "34000",
+        ErrorKind::UndefinedPreparedStatement => "26000",
         ErrorKind::DuplicateCursor => "42P03",
         ErrorKind::TransactionAborted => "25P02",
         ErrorKind::CantChangeSetting => "55P02",

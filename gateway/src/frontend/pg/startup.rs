@@ -211,7 +211,14 @@ impl PgStartup {
         if let Some(options) = metadata.get("options") {
             startup.extend(parse_options(options));
         }
-        let mut session = Session::new(&user, &self.default_schema).with_frontend(Frontend::Pg);
+        // As PostgreSQL: without a database name the user's name is the database's.
+        let database = metadata
+            .get("database")
+            .cloned()
+            .unwrap_or_else(|| user.clone());
+        let mut session = Session::new(&user, &self.default_schema)
+            .with_frontend(Frontend::Pg)
+            .with_database(&database);
         session.apply_startup(&startup).map_err(|e| {
             PgWireError::UserError(Box::new(ErrorInfo::new(
                 "FATAL".into(),

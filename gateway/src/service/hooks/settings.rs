@@ -1,5 +1,6 @@
-//! `SET`, `SHOW`, `RESET`, `DISCARD`, and `SELECT set_config(...)`: the session's settings,
-//! as PostgreSQL keeps them (see [`crate::session`] for which settings exist).
+//! `SET`, `SHOW`, `RESET`, `DISCARD`, `DEALLOCATE` and `SELECT set_config(...)`: the session's
+//! settings, as PostgreSQL keeps them (see [`crate::session`] for which settings exist), and
+//! which prepared statements the frontend drops.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::profile::QueryProfile;
 use crate::routing::rules::Asker;
 use crate::service::query::batches_stream;
-use crate::service::{Command, GatewayService, QueryOutput};
+use crate::service::{Command, Deallocate, GatewayService, QueryOutput};
 use crate::session::Session;
 
 impl GatewayService {
@@ -116,7 +117,22 @@ impl GatewayService {
             Statement::Discard { .. } => {
                 session.reset_all();
                 session.close(None)?;
-                Ok(QueryOutput::Command(Command::new("DISCARD ALL")))
+                Ok(QueryOutput::Command(Command {
+                    deallocate: Some(Deallocate::All),
+                    ..Command::new("DISCARD ALL")
+                }))
+            }
+            Statement::Deallocate { name, .. } => {
+                let (tag, which) =
+                    if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
+                        ("DEALLOCATE ALL", Deallocate::All)
+                    } else {
+                        ("DEALLOCATE", Deallocate::Named(name.value.clone()))
+                    };
+                Ok(QueryOutput::Command(Command {
+                    deallocate: Some(which),
+                    ..Command::new(tag)
+                }))
             }
             other => Err(super::unsupported(other)),
         }
