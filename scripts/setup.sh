@@ -3,9 +3,12 @@
 #   - system packages (apt, when missing): PostgreSQL (server for the SQL-catalog tests, psql,
 #     pgbench), JDK 17, Maven, unzip, curl, openssl (the TLS test's CA), procps (pgrep),
 #     Chromium (the console test) and Node.js/npm
-#   - a Python venv with PyIceberg (independent writer/reader) and the client drivers
-#   - the pgJDBC and Arrow Flight SQL JDBC jars from Maven Central
-#   - DuckDB's iceberg and avro extensions (PyPI wheels) and playwright-core (npm)
+#   - a Python venv with PyIceberg (independent writer/reader) and the client drivers (newest
+#     releases), and a small one beside it with the drivers' older line
+#   - the pgJDBC (newest and older line) and Arrow Flight SQL JDBC jars from Maven Central
+#   - DuckDB itself (libduckdb.so, the official build, from npm's @duckdb/node-bindings-linux-x64:
+#     lakegate links it instead of compiling DuckDB's C++ — half an hour on 2 cores), DuckDB's
+#     iceberg and avro extensions (PyPI wheels) and playwright-core (npm)
 # Trino 476 and Spark 4.1 download on their first start (scripts/trino-server.sh,
 # scripts/spark-connect.sh); scripts/fuzz.sh installs the nightly toolchain and cargo-fuzz.
 set -euo pipefail
@@ -39,13 +42,29 @@ if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/.requirements"; then
   cp "$REQ" "$VENV/.requirements"
 fi
 
-JARS="$CACHE/jars"
-PGJDBC_VERSION=42.7.4
-if [ ! -f "$JARS/postgresql-$PGJDBC_VERSION.jar" ]; then
-  echo "setup: pgJDBC $PGJDBC_VERSION from Maven Central"
-  mkdir -p "$JARS"
-  mvn -q dependency:copy -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
+# The older line of the Python drivers (tests/requirements-older.txt): its own site-packages
+# first, everything else from the main venv through a .pth file.
+OLDER="$CACHE/venv-older"
+REQ_OLDER="tests/requirements-older.txt"
+if [ ! -x "$OLDER/bin/python" ] || ! cmp -s "$REQ_OLDER" "$OLDER/.requirements"; then
+  echo "setup: python venv of the older driver line ($REQ_OLDER)"
+  rm -rf "$OLDER"
+  python3 -m venv "$OLDER"
+  "$OLDER/bin/pip" install -q -r "$REQ_OLDER"
+  purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+  "$VENV/bin/python" -c "$purelib" > "$("$OLDER/bin/python" -c "$purelib")/lakegate-main-venv.pth"
+  cp "$REQ_OLDER" "$OLDER/.requirements"
 fi
+
+JARS="$CACHE/jars"
+# pgJDBC: the newest release and the older line the tests also run.
+for PGJDBC_VERSION in 42.7.14 42.7.4; do
+  if [ ! -f "$JARS/postgresql-$PGJDBC_VERSION.jar" ]; then
+    echo "setup: pgJDBC $PGJDBC_VERSION from Maven Central"
+    mkdir -p "$JARS"
+    mvn -q dependency:copy -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
+  fi
+done
 FLIGHT_JDBC_VERSION=18.3.0
 if [ ! -f "$JARS/flight-sql-jdbc-driver-$FLIGHT_JDBC_VERSION.jar" ]; then
   echo "setup: Arrow Flight SQL JDBC driver $FLIGHT_JDBC_VERSION from Maven Central"
@@ -70,6 +89,18 @@ for wheel in wheels.glob("duckdb_extension_*.whl"):
             if name.endswith(".duckdb_extension"):
                 (out / pathlib.Path(name).name).write_bytes(z.read(name))
 PY
+fi
+# libduckdb.so for the `duckdb` crate (linked through DUCKDB_LIB_DIR, .cargo/config.toml; binaries
+# find it by their rpath). `cargo build --features bundled-duckdb` compiles DuckDB in instead.
+DUCKDB_NPM=1.5.5-r.5
+DUCK_LIB="$CACHE/duckdb/lib"
+if [ ! -f "$DUCK_LIB/libduckdb.so" ] || [ "$(cat "$DUCK_LIB/.version" 2>/dev/null)" != "$DUCKDB_NPM" ]; then
+  echo "setup: libduckdb.so $DUCKDB_VERSION (@duckdb/node-bindings-linux-x64@$DUCKDB_NPM from npm)"
+  rm -rf "$DUCK_LIB" && mkdir -p "$DUCK_LIB/pack"
+  (cd "$DUCK_LIB/pack" && npm pack -q "@duckdb/node-bindings-linux-x64@$DUCKDB_NPM" >/dev/null \
+    && tar xzf ./*.tgz package/libduckdb.so)
+  mv "$DUCK_LIB/pack/package/libduckdb.so" "$DUCK_LIB/" && rm -rf "$DUCK_LIB/pack"
+  echo "$DUCKDB_NPM" > "$DUCK_LIB/.version"
 fi
 # playwright-core drives Chromium for the web console test (no browser download: Debian's).
 PLAYWRIGHT_VERSION=1.65.1

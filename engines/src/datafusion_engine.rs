@@ -254,13 +254,21 @@ impl DataFusionEngine {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::to_char::udf(&request.settings.time_zone));
+        for udf in crate::pg_extract::udfs() {
+            ctx.register_udf(udf);
+        }
+        ctx.register_udf(crate::pg_like::udf());
         Ok(ctx)
     }
 
     async fn plan(&self, ctx: &SessionContext, statement: &Statement) -> Result<LogicalPlan> {
+        let mut statement = statement.clone();
+        // PostgreSQL's spellings DataFusion plans differently (see each module).
+        crate::pg_extract::rewrite(&mut statement);
+        crate::pg_like::rewrite(&mut statement);
         let plan = ctx
             .state()
-            .statement_to_plan(DfStatement::Statement(Box::new(statement.clone())))
+            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await?;
         datafusion::execution::context::SQLOptions::new()
             .with_allow_ddl(false)

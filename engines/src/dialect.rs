@@ -289,6 +289,31 @@ impl VisitorMut for Rewriter<'_> {
                     *expr = call("lower", call("to_hex", call("md5", call("to_utf8", arg))));
                 }
             }
+            // Trino has no `IS TRUE`: `coalesce(x, false)` is true exactly when x is.
+            Expr::IsTrue(inner) if matches!(self.dialect, Dialect::Trino { .. }) => {
+                let inner = std::mem::replace(inner.as_mut(), Expr::value(Value::Null));
+                *expr = Expr::Function(ast::Function {
+                    name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new("coalesce"))]),
+                    uses_odbc_syntax: false,
+                    parameters: ast::FunctionArguments::None,
+                    args: ast::FunctionArguments::List(ast::FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args: vec![
+                            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(Expr::Nested(
+                                Box::new(inner),
+                            ))),
+                            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(Expr::value(
+                                Value::Boolean(false),
+                            ))),
+                        ],
+                        clauses: vec![],
+                    }),
+                    filter: None,
+                    null_treatment: None,
+                    over: None,
+                    within_group: vec![],
+                });
+            }
             // PostgreSQL's LIKE escapes with `\` unless told otherwise; DuckDB and Trino have
             // no default escape character.
             Expr::Like { escape_char, .. } | Expr::ILike { escape_char, .. }

@@ -93,6 +93,10 @@ impl DuckDbEngine {
             ))
             .map_err(|e| unavailable(format!("loading {}: {e}", path.display())))?;
         }
+        // The official build has ICU, whose time zone is the machine's: compute in UTC, as the
+        // bundled build (without ICU) did, whatever the host's zone.
+        conn.execute_batch("SET GLOBAL TimeZone = 'UTC'")
+            .map_err(|e| unavailable(format!("setting its time zone: {e}")))?;
         Ok(Self {
             idle: Arc::new(Mutex::new(Vec::new())),
             root: Mutex::new(conn),
@@ -144,6 +148,7 @@ impl Engine for DuckDbEngine {
             Feature::FloatText,
             Feature::NumericDivision,
             Feature::NumericAverage,
+            Feature::FractionalDatePart,
         ]
     }
 

@@ -23,6 +23,7 @@
 //! - [`pg_attribute`] — exact column types in `pg_catalog.pg_attribute`.
 //! - [`semantics`] — PostgreSQL's value semantics: what the embedded engine keeps, and the
 //!   features a statement relies on that other engines refuse.
+//! - [`pg_numeric`] — PostgreSQL's numeric division (value-dependent scale).
 //! - [`pg_text`] — values printed as PostgreSQL prints them.
 //! - [`to_char`] — PostgreSQL's `to_char` templates on the embedded engine.
 //! - [`units`] — byte counts as people read them.
@@ -35,6 +36,9 @@ pub mod engine;
 pub mod error;
 pub mod lake;
 pub mod pg_attribute;
+pub mod pg_extract;
+pub mod pg_like;
+pub mod pg_numeric;
 pub mod pg_text;
 pub mod semantics;
 pub mod spark;

@@ -55,6 +55,12 @@ pub enum Feature {
     Initcap,
     /// `date - date` (PostgreSQL: the days between, an integer).
     DateDifference,
+    /// `extract`/`date_part` of seconds, milliseconds or the epoch (PostgreSQL keeps the
+    /// fraction).
+    FractionalDatePart,
+    /// `extract`/`date_part` of `dow`, `isodow`, `doy`, `week` or `isoyear` (PostgreSQL counts
+    /// the week from Sunday = 0 and ISO weeks).
+    WeekdayDatePart,
 }
 
 impl Feature {
@@ -72,6 +78,8 @@ impl Feature {
             Self::Concat => "concat/concat_ws (PostgreSQL skips NULL arguments)",
             Self::Initcap => "initcap",
             Self::DateDifference => "date - date",
+            Self::FractionalDatePart => "extract of seconds or the epoch with their fraction",
+            Self::WeekdayDatePart => "extract of the day of the week or year, or ISO weeks",
         }
     }
 
@@ -357,6 +365,16 @@ pub fn features(plan: &LogicalPlan) -> Features {
                     }
                     Expr::ScalarFunction(f) if f.name() == "initcap" => {
                         found.insert(Feature::Initcap);
+                    }
+                    Expr::ScalarFunction(f)
+                        if let Some(field) = crate::pg_extract::call_field(f.name(), &f.args) =>
+                    {
+                        if crate::pg_extract::fractional(&field) {
+                            found.insert(Feature::FractionalDatePart);
+                        }
+                        if crate::pg_extract::weekday(&field) {
+                            found.insert(Feature::WeekdayDatePart);
+                        }
                     }
                     Expr::ScalarFunction(f) if f.name() == "lakegate_pg_text" => {
                         if let Some(feature) = f

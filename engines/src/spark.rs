@@ -364,6 +364,8 @@ impl Engine for SparkEngine {
             Feature::Concat,
             Feature::Initcap,
             Feature::DateDifference,
+            Feature::FractionalDatePart,
+            Feature::WeekdayDatePart,
         ]
     }
 

@@ -129,6 +129,8 @@ impl Engine for TrinoEngine {
             Feature::IntervalArithmetic,
             Feature::IntegerCast,
             Feature::Concat,
+            Feature::FractionalDatePart,
+            Feature::WeekdayDatePart,
         ]
     }
 

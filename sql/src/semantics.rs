@@ -38,7 +38,7 @@ pub fn rewrite(statement: &mut Statement) {
             } => {
                 let taken = std::mem::replace(expr, Expr::value(Value::Null));
                 if let Expr::BinaryOp { left, right, .. } = taken {
-                    *expr = call("power", vec![*left, *right]);
+                    *expr = function_call("power", vec![*left, *right]);
                 }
             }
             Expr::TypedString(ts) if is_timestamp(&ts.data_type) => {
@@ -67,7 +67,8 @@ pub fn rewrite(statement: &mut Statement) {
     });
 }
 
-fn call(name: &str, args: Vec<Expr>) -> Expr {
+/// `name(args…)` as a statement's function call (for rewrites here and in the engines).
+pub fn function_call(name: &str, args: Vec<Expr>) -> Expr {
     Expr::Function(Function {
         name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
         uses_odbc_syntax: false,

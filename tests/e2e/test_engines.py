@@ -143,6 +143,26 @@ def test_flight_sql_header_pins_an_engine(estate):
         cur.close()
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_flight_sql_streams_the_schema_its_flight_info_announced_on_every_engine(estate, engine):
+    """ADBC compares each batch with the FlightInfo schema ("inconsistent schema" otherwise):
+    decimal sums and averages, counts and text arrive exactly as announced, from every engine."""
+    from adbc_driver_flightsql import DatabaseOptions, dbapi as flight
+    uri = f"grpc://127.0.0.1:{estate.gateway.flight_port}"
+    sql = ("SELECT status, count(*) AS n, sum(amount) AS total, min(amount) AS lo, "
+           "max(price) AS hi FROM typed GROUP BY status ORDER BY status")
+    with flight.connect(uri, db_kwargs={
+            DatabaseOptions.RPC_CALL_HEADER_PREFIX.value + "x-lakegate-engine": engine}) as conn:
+        cur = conn.cursor()
+        announced = cur.adbc_execute_schema(sql)
+        cur.execute(sql)
+        table = cur.fetch_arrow_table()
+        cur.close()
+    assert table.schema.remove_metadata() == announced.remove_metadata(), (engine, table.schema)
+    assert str(announced.field("total").type) == "decimal128(22, 2)", announced
+    assert table.num_rows > 0 and sum(table.column("n").to_pylist()) == 500
+
+
 def test_engine_errors_keep_their_sqlstate(estate):
     for engine in ENGINES:
         with connect(estate, engine) as conn:

@@ -278,12 +278,23 @@ def pin_cpus(pid: int, cpus: str) -> None:
                    capture_output=True)
 
 
+FLOOD = """
+import sys, psycopg
+with psycopg.connect(sys.argv[1], autocommit=True, options="-c lakegate.tag=heavy") as c:
+    while True:
+        c.execute("SELECT count(*), max(a.id + b.id) FROM typed a JOIN typed b "
+                  "ON a.customer_id = b.customer_id").fetchall()
+"""
+
+
 def test_a_flood_in_one_group_does_not_queue_in_front_of_another(engine_estate, routed):
     """`heavy` (Trino, one slot, deep queue) is flooded by 6 clients; point lookups in `app`
-    (embedded engines) keep their latency: they never wait in heavy's queue.
+    (embedded engines) never wait in heavy's queue, and keep their latency.
 
-    In production Trino runs on its own hosts; on this 2-core box Trino and the gateway get one
-    core each for the test, so what is measured is lakegate's queueing, not CPU sharing."""
+    The flood runs in processes of its own (threads of this one would make the lookups wait for
+    Python's GIL). In production Trino runs on its own hosts; on this 2-core box Trino and the
+    gateway get one core each for the test, so what is measured is lakegate's queueing, not CPU
+    sharing."""
     trino, gateway = engine_estate.pid("trino"), routed.proc.pid
     pin_cpus(trino, "1")
     pin_cpus(gateway, "0")
@@ -295,38 +306,39 @@ def test_a_flood_in_one_group_does_not_queue_in_front_of_another(engine_estate, 
 
 
 def flood_and_measure(routed):
+    import subprocess
+    import sys
     with connect(routed) as app:
         app.execute("SET lakegate.group = 'app'")
         timed_lookups(app, 20)
         baseline = timed_lookups(app, 120)
-        stop = threading.Event()
-        done = []
-
-        def flood():
-            with connect(routed, options="-c lakegate.tag=heavy") as c:
-                while not stop.is_set():
-                    c.execute("SELECT count(*), max(a.id + b.id) FROM typed a JOIN typed b "
-                              "ON a.customer_id = b.customer_id").fetchall()
-                    done.append(1)
-
-        threads = [threading.Thread(target=flood) for _ in range(6)]
-        for t in threads:
-            t.start()
-        time.sleep(2)
+        first = app.execute("SELECT coalesce(max(query_id), 0) FROM lakegate.queries").fetchone()[0]
+        flood = [subprocess.Popen([sys.executable, "-c", FLOOD, routed.dsn])
+                 for _ in range(6)]
         try:
+            time.sleep(3)
             with connect(routed) as probe:
                 queued = probe.execute(
                     "EXPLAIN ROUTE SELECT count(*) FROM typed").fetchall()  # still answers
                 assert queued
             during = timed_lookups(app, 120)
         finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=120)
-    assert done, "the flood ran"
+            for p in flood:
+                p.kill()
+                p.wait(timeout=30)
+        waits = dict(app.execute(
+            "SELECT routing_group, max(queued_ms) FROM lakegate.queries "
+            "WHERE query_id > %s AND routing_group IN ('app', 'heavy') GROUP BY 1",
+            (first,)).fetchall())
+    # The flood queued in its own group, and the lookups never waited for a slot.
+    assert waits.get("heavy", 0) > 0, waits
+    assert waits.get("app") == 0, waits
     base, flooded = p95(baseline), p95(during)
-    print(f"point lookup p95: alone {base:.1f} ms, during the flood {flooded:.1f} ms")
-    assert flooded <= base * 1.2 + 2.0, (base, flooded)
+    print(f"point lookup p95: alone {base:.1f} ms, during the flood {flooded:.1f} ms; "
+          f"longest wait in heavy's queue {waits['heavy']:.0f} ms")
+    # A lookup queued behind heavy would wait a whole Trino join; sharing a core with the
+    # gateway's work for the flood may cost a few milliseconds.
+    assert flooded <= base * 1.5 + 5.0, (base, flooded)
 
 
 def test_a_killed_engine_fails_over_and_its_breaker_lets_it_back(engine_estate, routed):

@@ -63,6 +63,9 @@ pub struct QueryRecord {
     /// Wall time until the last row (or the error).
     #[serde(default)]
     pub millis: f64,
+    /// Of which waiting in its routing group's queue for a slot.
+    #[serde(default)]
+    pub queued_ms: f64,
     /// The error, if it failed.
     #[serde(default)]
     pub error: Option<String>,
@@ -198,6 +201,7 @@ impl QueryHistory {
                 scan_bytes: 0,
                 rows: 0,
                 millis: 0.0,
+                queued_ms: 0.0,
                 error: None,
             },
             clock: Instant::now(),

@@ -25,6 +25,14 @@ pub struct Admission {
 #[derive(Debug)]
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
+    waited: Duration,
+}
+
+impl Slot {
+    /// How long the query waited in its group's queue for this slot.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
 }
 
 impl Admission {
@@ -63,15 +71,22 @@ impl Admission {
     /// [`Error::TooManyQueries`] when the queue is full or the wait exceeds the timeout.
     pub async fn enter(&self) -> Result<Slot> {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Ok(Slot { _permit: permit });
+            return Ok(Slot {
+                _permit: permit,
+                waited: Duration::ZERO,
+            });
         }
+        let since = std::time::Instant::now();
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
         let _leave = Leave(&self.waiting);
         if queued >= self.queue_length {
             return Err(self.refuse(format!("its queue is full ({} waiting)", self.queue_length)));
         }
         match tokio::time::timeout(self.queue_timeout, self.slots.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(Slot { _permit: permit }),
+            Ok(Ok(permit)) => Ok(Slot {
+                _permit: permit,
+                waited: since.elapsed(),
+            }),
             Ok(Err(_)) => Err(self.refuse("it is shutting down".into())),
             Err(_) => Err(self.refuse(format!("no slot freed within {:?}", self.queue_timeout))),
         }

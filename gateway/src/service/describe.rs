@@ -21,6 +21,9 @@ impl GatewayService {
     /// Planning errors of the statement.
     pub(crate) async fn description(&self, plan: &Plan) -> Result<Described> {
         let mut described = self.planned(plan).await?;
+        if let Some(numeric) = &plan.numeric {
+            described.schema = numeric.describe(&described.schema);
+        }
         if let Some(names) = &plan.names {
             described.schema = output_names::rename_schema(&described.schema, names);
         }
@@ -34,13 +37,25 @@ impl GatewayService {
     /// # Errors
     /// Planning errors of the statement.
     pub(crate) async fn planned(&self, plan: &Plan) -> Result<Described> {
-        let statement = plan.runs();
-        let resolved = &plan.resolved;
+        self.planned_statement(plan.runs(), &plan.resolved, &plan.settings)
+            .await
+    }
+
+    /// The planner's description of `statement` at `resolved` for `settings` (cached).
+    ///
+    /// # Errors
+    /// Planning errors of the statement.
+    pub(crate) async fn planned_statement(
+        &self,
+        statement: &datafusion::sql::sqlparser::ast::Statement,
+        resolved: &super::plan::Resolved,
+        settings: &lakegate_engines::Settings,
+    ) -> Result<Described> {
         // System tables change on every read: their descriptions are not kept.
         let key = resolved
             .system_tables
             .is_empty()
-            .then(|| CacheKey::new(statement, None, &resolved.pins, &plan.settings));
+            .then(|| CacheKey::new(statement, None, &resolved.pins, settings));
         if let Some(k) = &key
             && let Some(hit) = self.described.get(k).await
         {
@@ -50,7 +65,7 @@ impl GatewayService {
             statement,
             params: None,
             pins: &resolved.pins,
-            settings: &plan.settings,
+            settings,
             system_tables: &resolved.system_tables,
             promised: None,
             lists_catalog: resolved.catalog,

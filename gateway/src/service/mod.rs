@@ -27,6 +27,7 @@ mod describe;
 pub mod engines;
 mod heat;
 pub mod hooks;
+pub mod numeric;
 pub mod output_names;
 pub mod parse;
 pub mod plan;
@@ -312,6 +313,7 @@ impl GatewayService {
             engine = Empty,
             cache = Empty,
             plan_us = Empty,
+            queued_us = Empty,
             first_batch_us = Empty,
         );
         // On the heap: the statement's future is large (planning, engines) and frontends nest it.

@@ -97,16 +97,20 @@ fn pg_name(expr: &Expr) -> String {
     }
 }
 
-/// `schema` with its fields renamed to `names` (when the counts agree).
+/// `schema` with its first fields renamed to `names` (columns after them — the hidden
+/// operands of [`super::numeric`] — keep theirs); unchanged when there are fewer fields.
 pub fn rename_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
-    if schema.fields().len() != names.len() {
+    if schema.fields().len() < names.len() {
         return schema.clone();
     }
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .zip(names)
-        .map(|(f, n)| f.as_ref().clone().with_name(n.clone()))
+        .enumerate()
+        .map(|(i, f)| match names.get(i) {
+            Some(n) => f.as_ref().clone().with_name(n.clone()),
+            None => f.as_ref().clone(),
+        })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }

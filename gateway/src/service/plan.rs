@@ -1,6 +1,6 @@
 //! One plan for every query. [`GatewayService::plan`] takes a statement through every decision
 //! in one order — references → profile → group → **access** → resolve → masks → scan estimate
-//! → guardrail → candidates — and returns the [`Plan`] that Describe (pgwire Parse/Describe,
+//! → guardrail → candidates → numeric outputs — and returns the [`Plan`] that Describe (pgwire Parse/Describe,
 //! Flight SQL GetFlightInfo, CreatePreparedStatement, GetSchema), Execute, DECLARE and
 //! EXPLAIN ROUTE all consume: none of them can skip a step another takes.
 //!
@@ -109,12 +109,20 @@ pub struct Plan {
     pub route: Route,
     /// Engines (by name) in the order to try them.
     pub engines: Vec<String>,
+    /// The output columns computed as PostgreSQL's numeric division, from hidden operand
+    /// columns (see [`super::numeric`]).
+    pub numeric: Option<super::numeric::NumericOutputs>,
+    /// The statement with those operands selected too (what runs when `numeric` is set).
+    pub operands: Option<Statement>,
 }
 
 impl Plan {
     /// What engines run and the cache keys on.
     pub fn runs(&self) -> &Statement {
-        self.masked.as_ref().unwrap_or(&self.statement)
+        self.operands
+            .as_ref()
+            .or(self.masked.as_ref())
+            .unwrap_or(&self.statement)
     }
 
     /// The scan estimate.
@@ -163,7 +171,7 @@ impl GatewayService {
                 &masks,
             )
             .await;
-        decide(
+        let mut plan = decide(
             intent,
             resolved,
             masked,
@@ -172,7 +180,40 @@ impl GatewayService {
             ctx,
             &self.router,
             &self.engines.names(),
-        )
+        )?;
+        // Arrow has no unbounded numeric: Flight SQL clients get the planner's decimal type.
+        if ctx.frontend != super::context::Frontend::Flight {
+            self.numeric_outputs(&mut plan).await;
+        }
+        Ok(plan)
+    }
+
+    /// Step 9 (PostgreSQL clients): output columns that are numeric divisions or averages get
+    /// PostgreSQL's quotient, computed from their operands (selected too). Best effort: a statement whose
+    /// operands cannot be selected alongside (the planner refuses it) keeps the engine's
+    /// quotient.
+    async fn numeric_outputs(&self, plan: &mut Plan) {
+        let candidates = super::numeric::candidates(plan.runs());
+        if candidates.is_empty() || super::numeric::has_wildcard(plan.runs()) {
+            return;
+        }
+        let Ok(plain) = self.planned(plan).await else {
+            return;
+        };
+        let with = super::numeric::with_operands(plan.runs(), &candidates);
+        let Ok(described) = self
+            .planned_statement(&with, &plan.resolved, &plan.settings)
+            .await
+        else {
+            return;
+        };
+        let visible = plain.schema.fields().len();
+        if let Some(outputs) =
+            super::numeric::NumericOutputs::decide(&candidates, &described.schema, visible)
+        {
+            plan.operands = Some(super::numeric::without_quotients(&with, &outputs));
+            plan.numeric = Some(outputs);
+        }
     }
 
     /// Resolves every lake table in `refs` to its current version (reusing versions younger
@@ -385,6 +426,8 @@ pub fn decide(
         resolved,
         route,
         engines: chosen,
+        numeric: None,
+        operands: None,
     })
 }
 

@@ -3,7 +3,7 @@
 //! bounded by the statement's cancel token and deadline.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use datafusion::common::ParamValues;
 use datafusion::execution::SendableRecordBatchStream;
@@ -14,13 +14,33 @@ use futures::StreamExt;
 
 use super::cache::{CacheKey, CacheOutcome, CachedResult, ResultCache, Uncached};
 use super::plan::Plan;
+use super::run::Ran;
 use super::{GatewayService, StatementContext};
 use crate::error::{Error, Result};
 use crate::observe::history::PendingQuery;
 use crate::session::Session;
 
 /// A stream of rows, the engine that computed them (empty for a cache hit) and the cache's part.
-type Answer = (SendableRecordBatchStream, String, CacheOutcome);
+/// A plan's rows as the cache or an engine gives them.
+struct Answer {
+    stream: SendableRecordBatchStream,
+    /// The engine that computed them (empty when another caller did).
+    engine: String,
+    outcome: CacheOutcome,
+    /// How long this caller's run waited for a slot of its group.
+    queued: Duration,
+}
+
+impl Answer {
+    fn ran(ran: Ran, outcome: CacheOutcome) -> Self {
+        Self {
+            stream: ran.stream,
+            engine: ran.engine,
+            outcome,
+            queued: ran.queued,
+        }
+    }
+}
 
 /// How long a query's rows are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,12 +102,23 @@ impl GatewayService {
         span.record("route", plan.route.name());
         span.record("plan_us", started.elapsed().as_micros() as u64);
         pending.observation = self.observation(&plan, params);
-        let (stream, engine, outcome) = ctx.guard(self.cached_or_run(&plan, params)).await?;
+        let Answer {
+            stream,
+            engine,
+            outcome,
+            queued,
+        } = ctx.guard(self.cached_or_run(&plan, params)).await?;
         span.record("engine", engine.as_str());
         span.record("cache", outcome.name());
+        span.record("queued_us", queued.as_micros() as u64);
         span.record("first_batch_us", started.elapsed().as_micros() as u64);
         pending.record.engine = engine;
         pending.record.cache = outcome;
+        pending.record.queued_ms = queued.as_secs_f64() * 1000.0;
+        let stream = match &plan.numeric {
+            Some(numeric) => numeric.apply(stream),
+            None => stream,
+        };
         let rows = self.limited(stream, &plan.decision.group);
         Ok(match reading {
             Reading::Statement => ctx.bound(rows),
@@ -109,30 +140,29 @@ impl GatewayService {
             } else {
                 CacheOutcome::Off
             };
-            let (stream, engine) = self.run(plan, params).await?;
-            return Ok((stream, engine, outcome));
+            return Ok(Answer::ran(self.run(plan, params).await?, outcome));
         }
         let key = CacheKey::new(statement, params, pins, &plan.settings);
         let max = self.cache.max_entry_bytes();
-        let ran_on = Mutex::new(None::<String>);
+        let ran_on = Mutex::new(None::<(String, Duration)>);
         // When this caller computes a result too large to cache: what it already read and the
         // rest of the engine's stream, to answer from instead of running again.
         let overflow = Mutex::new(None::<SendableRecordBatchStream>);
         let computed = self
             .cache
             .get_or_compute(key, async {
-                let (stream, engine) = self
+                let ran = self
                     .run(plan, params)
                     .await
                     .map_err(|e| Uncached::Failed(Arc::new(e)))?;
-                *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(engine);
-                collect_capped(stream, max, &overflow).await
+                *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some((ran.engine, ran.queued));
+                collect_capped(ran.stream, max, &overflow).await
             })
             .await;
         // A caller that waited on another's computation counts as a hit too.
         let ran_on = ran_on.into_inner().unwrap_or_else(|p| p.into_inner());
         let ran_here = ran_on.is_some();
-        let engine = ran_on.unwrap_or_default();
+        let (engine, queued) = ran_on.unwrap_or_default();
         match computed {
             Ok(result) => {
                 let outcome = if ran_here {
@@ -141,18 +171,28 @@ impl GatewayService {
                     CacheOutcome::Hit
                 };
                 let stream = batches_stream(result.schema.clone(), result.batches.clone());
-                Ok((stream, engine, outcome))
+                Ok(Answer {
+                    stream,
+                    engine,
+                    outcome,
+                    queued,
+                })
             }
             Err(e) => match e.as_ref() {
                 Uncached::TooLarge => {
                     let rest = overflow.into_inner().unwrap_or_else(|p| p.into_inner());
                     match rest {
-                        Some(stream) => Ok((stream, engine, CacheOutcome::TooLarge)),
+                        Some(stream) => Ok(Answer {
+                            stream,
+                            engine,
+                            outcome: CacheOutcome::TooLarge,
+                            queued,
+                        }),
                         // Another caller computed it: run it here, streaming.
-                        None => {
-                            let (stream, engine) = self.run(plan, params).await?;
-                            Ok((stream, engine, CacheOutcome::TooLarge))
-                        }
+                        None => Ok(Answer::ran(
+                            self.run(plan, params).await?,
+                            CacheOutcome::TooLarge,
+                        )),
                     }
                 }
                 Uncached::Failed(err) => Err(Error::Shared(err.clone())),

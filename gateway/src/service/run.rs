@@ -4,7 +4,7 @@
 //! limits on the stream, and the router told how long it took.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use datafusion::common::ParamValues;
 use datafusion::execution::SendableRecordBatchStream;
@@ -23,24 +23,30 @@ use crate::routing::Router;
 use crate::routing::admission::Slot;
 use crate::routing::rules::GroupSpec;
 
+/// A plan's answer as its engine started to give it.
+pub(crate) struct Ran {
+    /// The rows, under PostgreSQL's output names.
+    pub stream: SendableRecordBatchStream,
+    /// The engine that answers.
+    pub engine: String,
+    /// How long the plan waited in its group's queue for a slot.
+    pub queued: Duration,
+}
+
 impl GatewayService {
-    /// Runs `plan` with `params`; returns the stream (PostgreSQL's output names) and the engine
-    /// that answers.
+    /// Runs `plan` with `params`: the stream (PostgreSQL's output names), the engine that
+    /// answers and the time the plan waited for a slot.
     ///
     /// # Errors
     /// A full group (53300), the last engine's error when none could answer.
-    pub(crate) async fn run(
-        &self,
-        plan: &Plan,
-        params: Option<&ParamValues>,
-    ) -> Result<(SendableRecordBatchStream, String)> {
-        let slot = match plan.route {
+    pub(crate) async fn run(&self, plan: &Plan, params: Option<&ParamValues>) -> Result<Ran> {
+        let mut slot = match plan.route {
             Route::Planner => None,
             Route::Pinned | Route::Routed => {
                 Some(self.router.admission(&plan.decision.group).enter().await?)
             }
         };
-        let mut slot = slot;
+        let queued = slot.as_ref().map_or(Duration::ZERO, Slot::waited);
         let (shape, bytes) = (plan.profile.shape, plan.scan_bytes());
         let routed = plan.route == Route::Routed;
         let count = plan.engines.len();
@@ -102,7 +108,11 @@ impl GatewayService {
                         started,
                         _slot: slot.take(),
                     };
-                    return Ok((tracked(stream, held), name));
+                    return Ok(Ran {
+                        stream: tracked(stream, held),
+                        engine: name,
+                        queued,
+                    });
                 }
                 Err(e) if engine_fault(e.kind()) => {
                     self.router.record(&name, shape, bytes, None);

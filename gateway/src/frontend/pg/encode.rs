@@ -20,6 +20,7 @@ use pgwire::types::format::FormatOptions;
 
 use super::handler::to_pg_error;
 use crate::error::Error;
+use crate::service::numeric;
 use crate::session::Session;
 
 /// Text formatting options (DateStyle, TimeZone, extra_float_digits, ...) from the session.
@@ -49,12 +50,18 @@ fn pg_text_columns(
             && pg_text::formats(t)
             && *t != DataType::Boolean
     };
+    let binary_numeric = |i: usize, f: &Field| {
+        numeric::is_pg_numeric(f)
+            && fields
+                .get(i)
+                .is_some_and(|f| f.format() != FieldFormat::Text)
+    };
     if !batch
         .schema()
         .fields()
         .iter()
         .enumerate()
-        .any(|(i, f)| text(i, f.data_type()))
+        .any(|(i, f)| text(i, f.data_type()) || binary_numeric(i, f))
     {
         return Ok(batch);
     }
@@ -62,6 +69,17 @@ fn pg_text_columns(
     let mut columns = Vec::with_capacity(batch.num_columns());
     let mut out_fields = Vec::with_capacity(batch.num_columns());
     for (i, (column, field)) in batch.columns().iter().zip(schema.fields()).enumerate() {
+        if binary_numeric(i, field) {
+            let decimals = numeric_text_as_decimal(column.as_ref())?;
+            out_fields.push(
+                field
+                    .as_ref()
+                    .clone()
+                    .with_data_type(decimals.data_type().clone()),
+            );
+            columns.push(decimals);
+            continue;
+        }
         match text(i, column.data_type())
             .then(|| pg_text::to_text(column.as_ref(), time_zone, pg_text::Booleans::Wire))
             .flatten()
@@ -77,6 +95,40 @@ fn pg_text_columns(
         }
     }
     RecordBatch::try_new(Arc::new(Schema::new(out_fields)), columns)
+}
+
+/// PostgreSQL numeric text as a decimal column for the binary format: the largest scale of
+/// the batch's values (a value keeps its digits; the binary numeric's display scale is the
+/// column's).
+fn numeric_text_as_decimal(column: &dyn arrow::array::Array) -> Result<ArrayRef, ArrowError> {
+    use arrow::array::{AsArray, Decimal128Array};
+    let text = column.as_string::<i32>();
+    let scale = text
+        .iter()
+        .flatten()
+        .map(|v| v.split_once('.').map_or(0, |(_, f)| f.len()))
+        .max()
+        .unwrap_or(0);
+    if scale > 38 {
+        return Err(ArrowError::CastError(format!(
+            "a numeric with {scale} decimals does not fit the binary format here: ask for text"
+        )));
+    }
+    let values = text
+        .iter()
+        .map(|v| {
+            v.map(|v| {
+                let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+                format!("{int}{frac}{}", "0".repeat(scale - frac.len()))
+                    .parse::<i128>()
+                    .map_err(|e| ArrowError::CastError(format!("numeric {v}: {e}")))
+            })
+            .transpose()
+        })
+        .collect::<Result<Vec<Option<i128>>, ArrowError>>()?;
+    Ok(Arc::new(
+        Decimal128Array::from(values).with_precision_and_scale(38, scale as i8)?,
+    ))
 }
 
 /// Arrow types PostgreSQL has no (or another) type for, mapped to what PostgreSQL would send:
@@ -163,8 +215,19 @@ pub(crate) fn fields(
     let fields = arrow_schema_to_pg_fields(schema, format, Some(options.clone()))?;
     Ok(fields
         .into_iter()
-        .map(|f| {
-            if *f.datatype() == pgwire::api::Type::UNKNOWN {
+        .zip(schema.fields())
+        .map(|(f, arrow_field)| {
+            if numeric::is_pg_numeric(arrow_field) {
+                // PostgreSQL numeric text (a division's value-dependent scale).
+                FieldInfo::new(
+                    f.name().to_string(),
+                    None,
+                    None,
+                    pgwire::api::Type::NUMERIC,
+                    f.format(),
+                )
+                .with_format_options(options.clone())
+            } else if *f.datatype() == pgwire::api::Type::UNKNOWN {
                 FieldInfo::new(
                     f.name().to_string(),
                     None,

@@ -173,6 +173,21 @@ struct LogErrors;
 impl ErrorHandler for LogErrors {
     fn on_error<C: ClientInfo>(&self, _client: &C, error: &mut PgWireError) {
         debug!(error = %error, "statement failed");
+        // PostgreSQL's wording for a name the client no longer has (after DEALLOCATE ALL, say).
+        let missing = match error {
+            PgWireError::StatementNotFound(name) => {
+                Some(format!("prepared statement \"{name}\" does not exist"))
+            }
+            PgWireError::PortalNotFound(name) => Some(format!("portal \"{name}\" does not exist")),
+            _ => None,
+        };
+        if let Some(message) = missing {
+            *error = PgWireError::UserError(Box::new(ErrorInfo::new(
+                "ERROR".into(),
+                "26000".into(),
+                message,
+            )));
+        }
     }
 }
 

@@ -31,6 +31,7 @@ fn schema() -> SchemaRef {
         Field::new("error", DataType::Utf8, true),
         Field::new("route", DataType::Utf8, false),
         Field::new("frontend", DataType::Utf8, false),
+        Field::new("queued_ms", DataType::Float64, false),
     ]))
 }
 
@@ -56,6 +57,7 @@ pub fn batch(records: &[QueryRecord]) -> RecordBatch {
         Arc::new(StringArray::from_iter(r().map(|e| e.error.as_deref()))),
         text(r().map(|e| e.route.map_or("", |x| x.name())).collect()),
         text(r().map(|e| e.frontend.name()).collect()),
+        Arc::new(Float64Array::from_iter_values(r().map(|e| e.queued_ms))),
     ];
     let schema = schema();
     RecordBatch::try_new(schema.clone(), columns).unwrap_or_else(|_| RecordBatch::new_empty(schema))
