@@ -5,6 +5,7 @@
 use std::any::Any;
 use std::sync::{Arc, Mutex};
 
+use arrow::datatypes::{DataType, Field, Schema};
 use async_trait::async_trait;
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
@@ -110,6 +111,7 @@ impl DataFusionEngine {
             .with_memory_limit(options.memory_limit.max(64 << 20), 1.0)
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(config, runtime);
+        ctx.add_analyzer_rule(Arc::new(crate::pg_temporal::PgTemporal));
         ctx.add_analyzer_rule(Arc::new(crate::semantics::PgTextCasts));
         ctx.register_catalog(&options.database, Arc::new(MemoryCatalogProvider::new()));
         setup_pg_catalog(&ctx, &options.database, EmptyContextProvider)
@@ -137,7 +139,7 @@ impl DataFusionEngine {
         let ctx = self.context(&request).await?;
         let plan = self.plan(&ctx, request.statement).await?;
         let param_types = ordered_param_types(&plan.get_parameter_types()?)?;
-        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let planned = plan.schema().as_arrow().clone();
         // What of PostgreSQL's semantics it relies on, read once type coercion made every
         // implicit cast explicit.
         let state = ctx.state();
@@ -145,6 +147,7 @@ impl DataFusionEngine {
             state
                 .analyzer()
                 .execute_and_check(plan, state.config_options(), |_, _| {})?;
+        let schema = Arc::new(with_temporal_types(planned, analyzed.schema().as_arrow()));
         Ok(Described {
             param_types,
             schema,
@@ -287,6 +290,37 @@ fn apply_settings(config: &mut SessionConfig, settings: &Settings) {
     options.catalog.default_catalog = settings.database.clone();
     options.catalog.default_schema = settings.default_schema().to_string();
     options.execution.time_zone = Some(settings.time_zone.clone());
+}
+
+/// `planned` with the date and time types [`PgTemporal`](crate::pg_temporal::PgTemporal) gave
+/// the analyzed plan (`date + interval` is a timestamp, `date_trunc` of a date a timestamptz):
+/// the types execution returns. Other columns keep the planned type (the analyzed one of a
+/// decimal expression is not always what execution returns).
+fn with_temporal_types(planned: Schema, analyzed: &Schema) -> Schema {
+    let temporal = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Date32 | DataType::Date64 | DataType::Timestamp(..) | DataType::Interval(_)
+        )
+    };
+    let fields: Vec<Field> = planned
+        .fields()
+        .iter()
+        .zip(
+            analyzed
+                .fields()
+                .iter()
+                .map(Some)
+                .chain(std::iter::repeat(None)),
+        )
+        .map(|(p, a)| match a {
+            Some(a) if temporal(p.data_type()) && temporal(a.data_type()) => {
+                p.as_ref().clone().with_data_type(a.data_type().clone())
+            }
+            _ => p.as_ref().clone(),
+        })
+        .collect();
+    Schema::new_with_metadata(fields, planned.metadata().clone())
 }
 
 /// The most `$n` parameters a statement may have (PostgreSQL's limit).

@@ -39,6 +39,7 @@ pub mod pg_attribute;
 pub mod pg_extract;
 pub mod pg_like;
 pub mod pg_numeric;
+pub mod pg_temporal;
 pub mod pg_text;
 pub mod semantics;
 pub mod spark;

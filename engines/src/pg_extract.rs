@@ -280,7 +280,17 @@ impl ScalarUDFImpl for PgDatePart {
                     }
                 }
             }
-            Part::Whole => cast(df(&field)?.as_ref(), &target)?,
+            Part::Whole => {
+                let mut whole = df(&field)?;
+                if field == "isodow" {
+                    // DataFusion counts Monday as 0; PostgreSQL's ISO day is Monday 1 … Sunday 7.
+                    let days = whole
+                        .as_primitive::<Int32Type>()
+                        .unary::<_, Int32Type>(|d| d + 1);
+                    whole = Arc::new(days);
+                }
+                cast(whole.as_ref(), &target)?
+            }
         };
         Ok(if scalar {
             ColumnarValue::Scalar(ScalarValue::try_from_array(array.as_ref(), 0)?)
@@ -379,7 +389,7 @@ mod tests {
              extract(year FROM date '2024-03-17'), \
              extract(epoch FROM timestamp '2024-03-17 10:11:12.25'), \
              extract(epoch FROM date '2024-03-17'), \
-             extract(dow FROM date '2024-03-17')",
+             extract(dow FROM date '2024-03-17'), extract(isodow FROM date '2024-03-17')",
         )
         .await;
         assert_eq!(
@@ -391,6 +401,7 @@ mod tests {
                 "Decimal128(38, 6):1710670272.250000",
                 "Decimal128(38, 0):1710633600",
                 "Decimal128(38, 0):0",
+                "Decimal128(38, 0):7",
             ]
         );
     }

@@ -44,7 +44,10 @@ pub enum Feature {
     NumericDivision,
     /// `avg(numeric)`: likewise.
     NumericAverage,
-    /// Date and time arithmetic with intervals.
+    /// Date and time arithmetic with intervals whose value is returned (PostgreSQL: `date +
+    /// interval` is a timestamp); in a filter only the comparison's truth matters, which every
+    /// engine gets right for dates and timestamps (not a timestamptz: its days are the session
+    /// zone's).
     IntervalArithmetic,
     /// A numeric or float cast to an integer (PostgreSQL rounds: half away from zero for
     /// numeric, to even for floats).
@@ -404,6 +407,11 @@ pub fn features(plan: &LogicalPlan) -> Features {
                             let interval = |t: &DataType| matches!(t, DataType::Interval(_));
                             if matches!(op, Operator::Plus | Operator::Minus)
                                 && (interval(&l) || interval(&r))
+                                // In a filter only the truth counts — but a timestamptz's days
+                                // are the session zone's in PostgreSQL.
+                                && (!matches!(node, LogicalPlan::Filter(_))
+                                    || matches!(&l, DataType::Timestamp(_, Some(_)))
+                                    || matches!(&r, DataType::Timestamp(_, Some(_))))
                             {
                                 found.insert(Feature::IntervalArithmetic);
                             }
