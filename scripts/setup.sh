@@ -26,7 +26,8 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v openssl >/dev/null || need_apt+=(openssl)     # the TLS test makes its own CA
 command -v pgrep >/dev/null || need_apt+=(procps)        # the catalog-freeze test
 command -v chromium >/dev/null || need_apt+=(chromium)   # the console's browser test
-command -v node >/dev/null || need_apt+=(nodejs npm)
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)          # libduckdb.so and playwright-core come from npm
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -292,11 +292,7 @@ impl ScalarUDFImpl for PgDatePart {
                 cast(whole.as_ref(), &target)?
             }
         };
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(array.as_ref(), 0)?)
-        } else {
-            ColumnarValue::Array(array)
-        })
+        crate::semantics::columnar(array, scalar)
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, StringArray};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
-use datafusion::common::{Result as DfResult, ScalarValue, exec_err};
+use datafusion::common::{Result as DfResult, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -130,11 +130,7 @@ impl ScalarUDFImpl for LikeEscape {
             .map(|p| p.map(|p| with_backslash(p, escape)))
             .collect();
         let out: ArrayRef = Arc::new(out);
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(out.as_ref(), 0)?)
-        } else {
-            ColumnarValue::Array(out)
-        })
+        crate::semantics::columnar(out, scalar)
     }
 }
 

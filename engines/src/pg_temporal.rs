@@ -20,7 +20,7 @@ use arrow::datatypes::{
 };
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, Result as DfResult, ScalarValue, exec_err};
+use datafusion::common::{DFSchema, Result as DfResult, exec_err};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
@@ -57,7 +57,7 @@ impl AnalyzerRule for PgTemporal {
             ) {
                 return Ok(Transformed::no(node));
             }
-            let schema = input_schema(&node);
+            let schema = crate::semantics::input_schema(&node);
             let names = NamePreserver::new(&node);
             let node = node.map_expressions(|expr| {
                 let saved = names.save(&expr);
@@ -157,15 +157,6 @@ fn rewrite(
     }
 }
 
-/// The input schema an expression of `plan` is typed against (its inputs, merged).
-fn input_schema(plan: &LogicalPlan) -> DFSchema {
-    let mut schema = DFSchema::empty();
-    for input in plan.inputs() {
-        schema.merge(input.schema());
-    }
-    schema
-}
-
 /// An interval of a time difference with every whole 24 hours moved to days (PostgreSQL's
 /// `justify_hours`, which its timestamp subtraction applies).
 pub fn justify_hours(nanos: i64, days: i32, months: i32) -> IntervalMonthDayNano {
@@ -234,11 +225,7 @@ impl ScalarUDFImpl for JustifyHours {
             other => return exec_err!("lakegate_justify_hours of {other}"),
         };
         let out: ArrayRef = Arc::new(intervals);
-        Ok(if scalar && out.len() == 1 {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(out.as_ref(), 0)?)
-        } else {
-            ColumnarValue::Array(out)
-        })
+        crate::semantics::columnar(out, scalar)
     }
 }
 

@@ -109,8 +109,17 @@ fn is_text(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
 }
 
+/// A function's result: one value when every argument was one (`scalar`), else the array.
+pub(crate) fn columnar(out: arrow::array::ArrayRef, scalar: bool) -> DfResult<ColumnarValue> {
+    Ok(if scalar && out.len() == 1 {
+        ColumnarValue::Scalar(datafusion::scalar::ScalarValue::try_from_array(&out, 0)?)
+    } else {
+        ColumnarValue::Array(out)
+    })
+}
+
 /// The input schema an expression of `plan` is typed against (its inputs, merged).
-fn input_schema(plan: &LogicalPlan) -> DFSchema {
+pub(crate) fn input_schema(plan: &LogicalPlan) -> DFSchema {
     let mut schema = DFSchema::empty();
     for input in plan.inputs() {
         schema.merge(input.schema());
@@ -239,11 +248,7 @@ impl ScalarUDFImpl for PgText {
             Some(text) => text,
             None => arrow::compute::cast(&array, &DataType::Utf8)?,
         };
-        Ok(if scalar {
-            ColumnarValue::Scalar(datafusion::scalar::ScalarValue::try_from_array(&text, 0)?)
-        } else {
-            ColumnarValue::Array(text)
-        })
+        columnar(text, scalar)
     }
 }
 

@@ -82,11 +82,7 @@ impl ScalarUDFImpl for ToChar {
             })
             .collect();
         let out: ArrayRef = Arc::new(out);
-        Ok(if all_scalar {
-            ColumnarValue::Scalar(datafusion::scalar::ScalarValue::try_from_array(&out, 0)?)
-        } else {
-            ColumnarValue::Array(out)
-        })
+        crate::semantics::columnar(out, all_scalar)
     }
 }
 
