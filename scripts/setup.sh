@@ -37,6 +37,9 @@ VENV="$CACHE/venv"
 REQ="tests/requirements.txt"
 if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/.requirements"; then
   echo "setup: python venv ($REQ)"
+  # A fresh venv each time the pins change: an upgrade in place keeps packages the old pins
+  # pulled in (pytz came with pandas 2), and tests then pass here and fail on a clean clone.
+  rm -rf "$VENV"
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -r "$REQ"
