@@ -21,10 +21,42 @@ use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStatic
 use crate::engine::Settings;
 use crate::lake::Lake;
 
+/// The PostgreSQL version reported until [`set_server_version`] is called.
+const DEFAULT_SERVER_VERSION: &str = "16.6";
+
+static SERVER_VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Reports PostgreSQL `version` (`15.14`, or `15.14 (Debian …)`) from now on: the catalog
+/// mirror's, so that the catalog clients read is the one of the version they were told. The
+/// first call wins.
+pub fn set_server_version(version: &str) {
+    if let Some(v) = version.split_whitespace().next().filter(|v| !v.is_empty()) {
+        let _ = SERVER_VERSION.set(v.to_string());
+    }
+}
+
+/// `server_version`: `16.6`, or the catalog mirror's.
+pub fn server_version() -> &'static str {
+    SERVER_VERSION
+        .get()
+        .map_or(DEFAULT_SERVER_VERSION, String::as_str)
+}
+
+/// `server_version_num`: `160006` for 16.6.
+pub fn server_version_num() -> String {
+    let mut parts = server_version()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major * 10_000 + minor).to_string()
+}
+
 /// The server version string reported by `version()`; clients parse "PostgreSQL N.M".
 pub fn version_string() -> String {
     format!(
-        "PostgreSQL 16.6 (lakegate {}) on {}-linux, compiled by rustc, 64-bit",
+        "PostgreSQL {} (lakegate {}) on {}-linux, compiled by rustc, 64-bit",
+        server_version(),
         env!("CARGO_PKG_VERSION"),
         std::env::consts::ARCH
     )

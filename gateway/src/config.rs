@@ -51,6 +51,8 @@ pub struct Config {
     pub access: Vec<crate::security::access::AccessRule>,
     /// Columns some users see only hashed (none: every column in the clear).
     pub mask: Vec<crate::security::mask::MaskRule>,
+    /// The PostgreSQL that answers catalog statements (`pg_catalog`, `information_schema`).
+    pub pg_catalog: crate::mirror::CatalogConfig,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

@@ -166,6 +166,46 @@ pub enum Error {
         /// The table's name.
         name: String,
     },
+    /// The PostgreSQL catalog mirror cannot be started or reached.
+    #[error("catalog mirror: {reason}")]
+    CatalogMirror {
+        /// What failed.
+        reason: String,
+    },
+    /// PostgreSQL (the catalog mirror) refused a forwarded statement: its error, verbatim.
+    #[error("{}", .0.message)]
+    Postgres(Box<PostgresError>),
+}
+
+/// An ErrorResponse from PostgreSQL, passed on to the client as it was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresError {
+    /// `ERROR`, `FATAL`, ...
+    pub severity: String,
+    /// The SQLSTATE.
+    pub code: String,
+    /// The primary message.
+    pub message: String,
+    /// The detail line.
+    pub detail: Option<String>,
+    /// The hint line.
+    pub hint: Option<String>,
+    /// The error's position in the statement (1-based characters).
+    pub position: Option<String>,
+}
+
+impl PostgresError {
+    /// An `ERROR` with `code` and `message`.
+    pub fn new(code: &str, message: &str) -> Self {
+        Self {
+            severity: "ERROR".into(),
+            code: code.into(),
+            message: message.into(),
+            detail: None,
+            hint: None,
+            position: None,
+        }
+    }
 }
 
 /// Short form of `Result` with the gateway's error.
@@ -203,6 +243,9 @@ impl Error {
             Self::Guardrail { .. } => ErrorKind::LimitExceeded,
             Self::TooComplex { .. } => ErrorKind::TooComplex,
             Self::Inexact { .. } => ErrorKind::Unsupported,
+            Self::CatalogMirror { .. } => ErrorKind::Unavailable,
+            // The frontend sends the server's own SQLSTATE; this is for everything else.
+            Self::Postgres(_) => ErrorKind::Internal,
         }
     }
 }

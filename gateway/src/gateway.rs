@@ -52,6 +52,10 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             .with_max_staleness(config.cache.max_staleness)
             .with_timeout(config.catalog.timeout),
     );
+    // First: the mirror sets the PostgreSQL version every engine and session reports.
+    let mirror =
+        crate::mirror::CatalogMirror::start(&config.pg_catalog, &config.pg.database, lake.clone())
+            .await?;
     let planner = Arc::new(DataFusionEngine::try_new(
         lake.clone(),
         DataFusionOptions {
@@ -114,6 +118,7 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             max_result_bytes: config.limits.max_result_bytes,
         },
         max_call_nesting: config.limits.max_call_nesting,
+        mirror,
     }));
     let replayed = service.replay_history();
     if replayed > 0 {

@@ -31,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod frontend;
 pub mod gateway;
+pub mod mirror;
 pub mod observe;
 pub mod profile;
 pub mod routing;

@@ -12,8 +12,9 @@ use sync_wrapper::SyncWrapper;
 use crate::error::{Error, Result};
 use crate::service::Frontend;
 
-/// The server version reported to clients (`server_version`, `SHOW server_version`).
-pub const SERVER_VERSION: &str = "16.6";
+/// The server version reported to clients until the catalog mirror's is known
+/// ([`lakegate_engines::system_catalog::server_version`] is the one in force).
+const SERVER_VERSION: &str = "16.6";
 
 /// A setting clients may read and (unless read-only) change.
 struct Param {
@@ -145,6 +146,14 @@ impl Session {
             .map(|p| (p.name.to_string(), p.default.to_string()))
             .collect();
         defaults.insert("search_path".into(), default_schema.to_string());
+        defaults.insert(
+            "server_version".into(),
+            lakegate_engines::system_catalog::server_version().into(),
+        );
+        defaults.insert(
+            "server_version_num".into(),
+            lakegate_engines::system_catalog::server_version_num(),
+        );
         Self {
             user: user.to_string(),
             database: "lakegate".to_string(),

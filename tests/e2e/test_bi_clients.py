@@ -42,9 +42,6 @@ def test_psql_meta_commands(gateway):
     assert "numeric(12,2)" in described or "numeric" in described
 
 
-SQLALCHEMY_21 = tuple(int(p) for p in sa.__version__.split(".")[:2]) >= (2, 1)
-
-
 def test_sqlalchemy_schemas_tables_and_pandas(gateway, expected):
     engine = sa.create_engine(f"postgresql+psycopg://tester@127.0.0.1:{gateway.port}/lakegate")
     try:
@@ -61,9 +58,6 @@ def test_sqlalchemy_schemas_tables_and_pandas(gateway, expected):
         engine.dispose()
 
 
-@pytest.mark.xfail(SQLALCHEMY_21, strict=True, reason=(
-    "SQLAlchemy 2.1's get_columns reads pg_sequence, json_build_object and ::regclass casts in "
-    "correlated subqueries: the PostgreSQL catalog mirror (issue 16, part 1) is not built yet"))
 def test_sqlalchemy_reflects_columns(gateway):
     engine = sa.create_engine(f"postgresql+psycopg://tester@127.0.0.1:{gateway.port}/lakegate")
     try:
@@ -93,8 +87,6 @@ def test_asyncpg(gateway, expected):
     asyncio.run(run())
 
 
-@pytest.mark.xfail(reason="asyncpg's array type introspection query uses correlated scalar "
-                   "subqueries DataFusion 53 cannot plan (known limitation)", strict=True)
 def test_asyncpg_array_columns(gateway):
     async def run():
         conn = await asyncpg.connect(host="127.0.0.1", port=gateway.port, user="tester", database="lakegate")

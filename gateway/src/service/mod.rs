@@ -15,11 +15,13 @@
 //! - [`parse`] — SQL text → statements, with the rewrites BI tools need.
 //! - [`plan`] — the one plan every query goes through.
 //! - [`describe`], [`query`], [`run`], [`cache`]: describing and answering a plan.
+//! - [`catalog`] — catalog statements the PostgreSQL mirror answers.
 //! - [`heat`] — what queries read, for the maintenance loop.
 //! - [`engines`] — the engine registry.
 //! - [`output_names`] — PostgreSQL's names for result columns.
 
 pub mod cache;
+pub mod catalog;
 #[cfg(test)]
 mod classify_tests;
 pub mod context;
@@ -55,6 +57,7 @@ pub use engines::Engines;
 
 use crate::classify::{self, StatementKind};
 use crate::error::Result;
+use crate::mirror::CatalogMirror;
 use crate::observe::history::QueryHistory;
 use crate::routing::Router;
 use crate::security::Security;
@@ -137,6 +140,8 @@ pub struct GatewayService {
     maintainer: Arc<Maintainer>,
     /// Who may read what.
     security: Security,
+    /// The PostgreSQL catalog mirror, when there is one.
+    mirror: Option<Arc<CatalogMirror>>,
 }
 
 /// What a [`GatewayService`] is built from.
@@ -157,6 +162,8 @@ pub struct ServiceParts {
     pub security: Security,
     /// `[limits] max_call_nesting`.
     pub max_call_nesting: usize,
+    /// The PostgreSQL catalog mirror (`None`: the emulated catalog answers).
+    pub mirror: Option<Arc<CatalogMirror>>,
 }
 
 impl GatewayService {
@@ -173,6 +180,7 @@ impl GatewayService {
             estimates: moka::future::Cache::new(10_000),
             maintainer: parts.maintainer,
             security: parts.security,
+            mirror: parts.mirror,
         }
     }
 

@@ -24,12 +24,15 @@ use pgwire::messages::extendedquery::{
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 
 use super::encode::{fields, format_options};
+use super::forward::{self, Mirrored, pg_type};
 use super::handler::{
     PgQueryHandler, aborted, cancel_token, ends_transaction, pg_error, prepared_names, session_of,
     to_pg_error,
 };
 use crate::error::Error;
+use crate::mirror::wire::Bound;
 use crate::service::GatewayService;
+use tracing::warn;
 
 /// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls
 /// whose argument types it could not infer (SQLAlchemy's `pg_get_constraintdef(oid, $1)`).
@@ -72,11 +75,13 @@ fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
     });
 }
 
-/// A statement prepared by Parse: its SQL, AST and description.
+/// A statement prepared by Parse: its SQL, AST and description (or, for a catalog statement,
+/// the catalog mirror's).
 #[derive(Debug, Clone)]
 pub struct PgStatement {
     statement: Option<Statement>,
     described: Option<Described>,
+    mirrored: Option<Mirrored>,
 }
 
 /// Parses and describes statements for the extended protocol.
@@ -107,10 +112,37 @@ impl QueryParser for PgParser {
             return Ok(PgStatement {
                 statement: None,
                 described: None,
+                mirrored: None,
             });
         };
-        type_placeholders(&mut statement, types);
         let session = session_of(client);
+        if client.transaction_status() != TransactionStatus::Error {
+            let session = session.lock().await;
+            let mut forwards = self.service.catalog_forwards(sql, &session).await;
+            if let (1, Some(Some(forward))) = (forwards.len(), forwards.pop()) {
+                let oids: Vec<u32> = types
+                    .iter()
+                    .map(|t| t.as_ref().map_or(0, Type::oid))
+                    .collect();
+                match forward.db.describe(&forward.sql, &oids, &session).await {
+                    Ok(description) => {
+                        return Ok(PgStatement {
+                            statement: Some(statement),
+                            described: None,
+                            mirrored: Some(Mirrored {
+                                forward,
+                                description,
+                            }),
+                        });
+                    }
+                    Err(e @ Error::CatalogMirror { .. }) => {
+                        warn!(error = %e, "catalog mirror lost: the emulated catalog answers");
+                    }
+                    Err(e) => return Err(pg_error(e)),
+                }
+            }
+        }
+        type_placeholders(&mut statement, types);
         let described = if client.transaction_status() == TransactionStatus::Error {
             None
         } else {
@@ -124,10 +156,19 @@ impl QueryParser for PgParser {
         Ok(PgStatement {
             statement: Some(statement),
             described,
+            mirrored: None,
         })
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        if let Some(m) = &stmt.mirrored {
+            return Ok(m
+                .description
+                .params
+                .iter()
+                .map(|oid| pg_type(*oid))
+                .collect());
+        }
         let Some(described) = &stmt.described else {
             return Ok(vec![]);
         };
@@ -146,6 +187,12 @@ impl QueryParser for PgParser {
         stmt: &Self::Statement,
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
+        if let Some(m) = &stmt.mirrored {
+            return Ok(forward::fields(
+                &m.description.columns,
+                column_format.unwrap_or(&Format::UnifiedText),
+            ));
+        }
         match &stmt.described {
             Some(d) => fields(
                 &d.schema,
@@ -347,6 +394,26 @@ impl ExtendedQueryHandler for PgQueryHandler {
         };
         if client.transaction_status() == TransactionStatus::Error && !ends_transaction(statement) {
             return Err(aborted());
+        }
+        if let Some(m) = &stored.statement.mirrored {
+            let types: Vec<u32> = stored
+                .parameter_types
+                .iter()
+                .map(|t| t.as_ref().map_or(0, Type::oid))
+                .collect();
+            let formats = forward::codes(&portal.parameter_format);
+            let result_formats = forward::codes(&portal.result_column_format);
+            let bound = Bound {
+                types: &types,
+                formats: &formats,
+                values: &portal.parameters,
+                result_formats: &result_formats,
+            };
+            let cell = session_of(client);
+            let session = cell.lock().await;
+            return forward::run(&m.forward, &bound, &session)
+                .await
+                .map_err(|e| to_pg_error(&e));
         }
         let types: Vec<Option<&arrow::datatypes::DataType>> = stored
             .statement

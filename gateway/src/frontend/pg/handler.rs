@@ -35,8 +35,10 @@ use super::idle::{Activity, Busy};
 use super::sqlstate::sqlstate;
 use super::startup::{ConnStartup, PgStartup};
 use crate::error::Error;
+use crate::mirror::wire::Bound;
 use crate::security::auth::Auth;
 use crate::security::limits::{ConnectionLimits, LimitsConfig};
+use crate::service::catalog::Forward;
 use crate::service::{Deallocate, Frontend, GatewayService, QueryOutput, TransactionEffect};
 use crate::session::{Session, reported_name};
 
@@ -45,6 +47,13 @@ pub(super) type SessionCell = Mutex<Session>;
 
 /// Maps a gateway error to a Postgres ErrorResponse with its SQLSTATE.
 pub(crate) fn to_pg_error(e: &Error) -> PgWireError {
+    if let Error::Postgres(pg) = e {
+        let mut info = ErrorInfo::new(pg.severity.clone(), pg.code.clone(), pg.message.clone());
+        info.detail = pg.detail.clone();
+        info.hint = pg.hint.clone();
+        info.position = pg.position.clone();
+        return PgWireError::UserError(Box::new(info));
+    }
     PgWireError::UserError(Box::new(ErrorInfo::new(
         "ERROR".to_string(),
         sqlstate(e.kind()).to_string(),
@@ -350,6 +359,36 @@ impl PgQueryHandler {
     }
 }
 
+impl PgQueryHandler {
+    /// A simple-protocol statement the catalog mirror answers (`None`: the gateway does;
+    /// also when the mirror was lost, then the emulated catalog answers).
+    async fn forwarded<C>(
+        &self,
+        client: &C,
+        forward: Option<Forward>,
+    ) -> Option<Result<Response, Error>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let forward = forward?;
+        let cell = session_of(client);
+        let session = cell.lock().await;
+        let bound = Bound {
+            types: &[],
+            formats: &[],
+            values: &[],
+            result_formats: &[],
+        };
+        match super::forward::run(&forward, &bound, &session).await {
+            Err(e @ Error::CatalogMirror { .. }) => {
+                tracing::warn!(error = %e, "catalog mirror lost: the emulated catalog answers");
+                None
+            }
+            result => Some(result),
+        }
+    }
+}
+
 #[async_trait]
 impl SimpleQueryHandler for PgQueryHandler {
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
@@ -362,15 +401,31 @@ impl SimpleQueryHandler for PgQueryHandler {
         let statements = self.service.parse(query).map_err(pg_error)?;
         let mut status = client.transaction_status();
         let mut responses = Vec::with_capacity(statements.len());
-        for statement in &statements {
+        let forwards = {
+            let cell = session_of(client);
+            let session = cell.lock().await;
+            let forwards = self.service.catalog_forwards(query, &session).await;
+            // Both parses split the text alike; if not, the gateway answers everything.
+            if forwards.len() == statements.len() {
+                forwards
+            } else {
+                vec![]
+            }
+        };
+        for (i, statement) in statements.iter().enumerate() {
             if status == TransactionStatus::Error && !ends_transaction(statement) {
                 responses.push(Response::Error(Box::new(error_info(aborted()))));
                 break;
             }
-            match self
-                .run(client, statement, None, &Format::UnifiedText)
-                .await
-            {
+            let forward = forwards.get(i).cloned().flatten();
+            let result = match self.forwarded(client, forward).await {
+                Some(result) => result,
+                None => {
+                    self.run(client, statement, None, &Format::UnifiedText)
+                        .await
+                }
+            };
+            match result {
                 Ok(response) => {
                     match &response {
                         Response::TransactionStart(_) => status = TransactionStatus::Transaction,

@@ -9,6 +9,7 @@
 mod cancel;
 mod encode;
 pub mod extended;
+mod forward;
 pub mod handler;
 pub mod idle;
 mod sqlstate;

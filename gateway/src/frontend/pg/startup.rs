@@ -23,7 +23,7 @@ use super::handler::SessionCell;
 use super::idle::Activity;
 use super::sqlstate::sqlstate;
 use crate::service::Frontend;
-use crate::session::{SERVER_VERSION, Session, reported_name};
+use crate::session::{Session, reported_name};
 
 /// One connection's startup: trust (the session opens at once) or SCRAM-SHA-256 against the
 /// configured users (the session opens once the exchange succeeds); failures are counted.
@@ -229,7 +229,11 @@ impl PgStartup {
         let mut report: Vec<(String, String)> = vec![
             (
                 "server_version".into(),
-                format!("{SERVER_VERSION} (lakegate {})", env!("CARGO_PKG_VERSION")),
+                format!(
+                    "{} (lakegate {})",
+                    lakegate_engines::system_catalog::server_version(),
+                    env!("CARGO_PKG_VERSION")
+                ),
             ),
             ("is_superuser".into(), "off".into()),
         ];
