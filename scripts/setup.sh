@@ -115,6 +115,15 @@ if [ ! -f "$NODE_DIR/node_modules/playwright-core/package.json" ] || \
   mkdir -p "$NODE_DIR"
   (cd "$NODE_DIR" && npm install -q --no-audit --no-fund --no-save "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null)
 fi
+# node-postgres, newest and an older line (tests/e2e/test_drivers.py), each in its own directory.
+for NODE_PG in 8.23.1 8.16.3; do
+  PG_DIR="$CACHE/node-pg-$NODE_PG"
+  if [ ! -f "$PG_DIR/node_modules/pg/package.json" ]; then
+    echo "setup: node-postgres $NODE_PG from npm"
+    mkdir -p "$PG_DIR"
+    (cd "$PG_DIR" && npm install -q --no-audit --no-fund --no-save "pg@$NODE_PG" >/dev/null)
+  fi
+done
 # Trino 476 needs Java 24+ (scripts/trino-server.sh; override with TRINO_JAVA). Debian has none
 # in apt; the machines here carry a Temurin 25 JDK.
 TRINO_JAVA=${TRINO_JAVA:-/usr/lib/jvm/temurin-25-jdk-amd64/bin/java}

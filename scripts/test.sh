@@ -31,7 +31,8 @@ if [ "$mode" != rust ]; then
   if [ $# -eq 0 ]; then
     # The client drivers' older line (tests/requirements-older.txt) on the driver tests.
     echo "e2e: the driver tests with $(grep -v '^#' tests/requirements-older.txt | tr '\n' ' ')"
-    "$PWD/.cache/venv-older/bin/python" -m pytest -q tests/e2e/test_bi_clients.py tests/e2e/test_psycopg.py
+    "$PWD/.cache/venv-older/bin/python" -m pytest -q tests/e2e/test_bi_clients.py tests/e2e/test_psycopg.py \
+      tests/e2e/test_drivers.py::test_psycopg2
   fi
 fi
 if [ "$mode" = all ] && [ "${LAKEGATE_FUZZ_SECONDS:-60}" != 0 ]; then

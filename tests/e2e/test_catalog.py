@@ -119,6 +119,25 @@ def test_a_lake_querys_types_are_the_catalogs(lakegate_url):
     assert sent == [(n, t) for n, t in catalog]
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM conf.sales LIMIT 0",
+    "SELECT s.id, price AS p, price * 2, discount FROM conf.sales s WHERE id < 3",
+    "SELECT r.region, r.target, s.price FROM conf.regions r JOIN conf.sales s USING (region) LIMIT 1",
+    "SELECT region, sum(price) FROM conf.sales GROUP BY region",
+])
+def test_a_lake_querys_row_description_is_postgresqls(engine_estate, lakegate_url, sql):
+    """Table OID (as each side's own catalog numbers it), attribute number and typmod."""
+    def described(url):
+        with psycopg.connect(url, autocommit=True) as conn:
+            cur = conn.execute(sql)
+            res = cur.pgresult
+            tables = {oid: name for oid, name in conn.execute(
+                "SELECT oid::int8, relname FROM pg_class WHERE relnamespace = 'conf'::regnamespace")}
+            return [(d.name, d.type_code, d.precision, d.scale, tables.get(res.ftable(i), res.ftable(i)),
+                     res.ftablecol(i)) for i, d in enumerate(cur.description)]
+    assert described(lakegate_url) == described(engine_estate.oracle)
+
+
 def test_errors_are_postgresqls(lakegate_url):
     with psycopg.connect(lakegate_url, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.UndefinedTable) as e:
@@ -282,15 +301,5 @@ def test_pgjdbc_database_metadata_is_postgresqls(engine_estate, tmp_path):
         tables = {r[0] for r in conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r'")}
     assert want_types <= got_types
     assert {t.removeprefix("_") for t in got_types - want_types} <= tables  # row and array types
-    assert want["price"] == "10,2,numeric"
-    assert got["price"].endswith(",numeric")
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "a lake query's RowDescription has no typmod yet (nor the mirror's table OID and attnum): "
-    "pgJDBC reports precision/scale 0/0 for a numeric(10,2) column"))
-def test_pgjdbc_result_metadata_of_a_lake_query(engine_estate, tmp_path):
-    port = engine_estate.gateway.port
-    got = run_java(tmp_path, "postgresql-*.jar", "JdbcMeta", JDBC_METADATA,
-                   [f"jdbc:postgresql://127.0.0.1:{port}/lakegate", "tester"])
-    assert got["price"] == "10,2,numeric"
+    # ResultSetMetaData of a lake query: the typmod PostgreSQL sends for the column.
+    assert got["price"] == want["price"] == "10,2,numeric"

@@ -316,7 +316,15 @@ def flood_and_measure(routed):
         flood = [subprocess.Popen([sys.executable, "-c", FLOOD, routed.dsn])
                  for _ in range(6)]
         try:
-            time.sleep(3)
+            # The flood is on once heavy has answered one of its queries and queues others (a
+            # cold Trino takes seconds for the first).
+            deadline = time.monotonic() + 120
+            while not app.execute(
+                    "SELECT count(*) FROM lakegate.queries WHERE query_id > %s "
+                    "AND routing_group = 'heavy'", (first,)).fetchone()[0]:
+                assert time.monotonic() < deadline, "the flood never reached heavy"
+                time.sleep(0.5)
+            time.sleep(1)
             with connect(routed) as probe:
                 queued = probe.execute(
                     "EXPLAIN ROUTE SELECT count(*) FROM typed").fetchall()  # still answers
@@ -336,9 +344,10 @@ def flood_and_measure(routed):
     base, flooded = p95(baseline), p95(during)
     print(f"point lookup p95: alone {base:.1f} ms, during the flood {flooded:.1f} ms; "
           f"longest wait in heavy's queue {waits['heavy']:.0f} ms")
-    # A lookup queued behind heavy would wait a whole Trino join; sharing a core with the
-    # gateway's work for the flood may cost a few milliseconds.
-    assert flooded <= base * 1.5 + 5.0, (base, flooded)
+    # A lookup queued behind heavy would wait a whole Trino join (the longest wait above, about
+    # 2 s); sharing the gateway's core with planning the flood's statements costs the lookups
+    # some milliseconds (8 → 15–21 ms p95 in a dev build here), which is not queueing.
+    assert flooded <= base + min(250.0, waits["heavy"] / 4), (base, flooded, waits)
 
 
 def test_a_killed_engine_fails_over_and_its_breaker_lets_it_back(engine_estate, routed):

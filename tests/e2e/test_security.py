@@ -565,7 +565,12 @@ def test_result_bytes_and_idle_in_transaction_limits(lake_dir, tmp_path):
     try:
         with psycopg.connect(gw.dsn, autocommit=True) as conn:
             with pytest.raises(psycopg.errors.ProgramLimitExceeded) as e:
-                conn.execute("SELECT repeat('x', 1000) FROM range(100000)").fetchall()  # 100 MB
+                conn.execute("SELECT repeat('x', 1000) FROM orders CROSS JOIN range(1000)"
+                             ).fetchall()  # 100 MB
+            assert "max_result_bytes" in str(e.value) and e.value.sqlstate == "54000"
+            # A statement PostgreSQL itself answers (no table) has the same limit.
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded) as e:
+                conn.execute("SELECT repeat('x', 1000) FROM generate_series(1, 100000)").fetchall()
             assert "max_result_bytes" in str(e.value) and e.value.sqlstate == "54000"
             assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0
             # Outside a transaction, idling is fine.
@@ -591,7 +596,7 @@ def test_result_bytes_and_idle_in_transaction_limits(lake_dir, tmp_path):
         # longer than the timeout after the first row completes.
         with psycopg.connect(gw.dsn) as slow, slow.cursor() as cur:
             got = 0
-            for _ in cur.stream("SELECT repeat('x', 1000) FROM range(20000)"):
+            for _ in cur.stream("SELECT repeat('x', 1000) FROM generate_series(1, 20000)"):
                 got += 1
                 if got == 1:
                     time.sleep(1.5)

@@ -1,15 +1,18 @@
 //! One mirror database: its connections (each with the settings of the session it last
 //! served), and keeping its tables equal to the lake's (at most `refresh` behind).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lakegate_engines::Lake;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::schema::{self, Mirrored, literal};
 use super::wire::{Answer, Bound, Connection, Description, Endpoint};
 use crate::error::{Error, Result};
+use crate::service::origins::{Attribute, ColumnRef};
 use crate::session::Session;
 
 /// Idle connections kept for reuse.
@@ -20,8 +23,19 @@ struct SyncState {
     at: Option<Instant>,
 }
 
+/// Every mirrored column's place in the catalog, as this database numbers it.
+type Attributes = HashMap<ColumnRef, Attribute>;
+
+/// The query that reads [`Attributes`].
+const ATTRIBUTES: &str = "SELECT n.nspname, c.relname, a.attname, c.oid, a.attnum, a.atttypmod \
+     FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped \
+     AND n.nspname NOT IN ('pg_catalog', 'information_schema')";
+
 /// A database holding the mirror of the lake.
 pub struct MirrorDb {
+    attributes: std::sync::RwLock<Arc<Attributes>>,
     endpoint: Endpoint,
     lake: Arc<Lake>,
     idle: std::sync::Mutex<Vec<Connection>>,
@@ -47,6 +61,7 @@ impl MirrorDb {
         refresh: Duration,
     ) -> Self {
         Self {
+            attributes: std::sync::RwLock::new(Arc::new(HashMap::new())),
             endpoint,
             lake,
             idle: std::sync::Mutex::new(first.into_iter().collect()),
@@ -63,12 +78,41 @@ impl MirrorDb {
         &self.endpoint.database
     }
 
-    /// Brings the mirror up to the lake when it was last synced more than `refresh` ago. A
-    /// failing lake leaves the last mirrored state in place (logged).
-    pub(super) async fn follow_lake(&self) -> Result<()> {
+    /// Where `column` is in this database's catalog (table OID, attnum, typmod).
+    pub fn attribute(&self, column: &ColumnRef) -> Option<Attribute> {
+        let attributes = self
+            .attributes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        attributes.get(column).copied()
+    }
+
+    /// Brings the mirror up to the lake when it was last synced more than `refresh` ago —
+    /// or, for a statement that reads the catalog (`tables`), as soon as the lake's list of
+    /// tables differs from the mirror's (a table made a moment ago is listed, as in
+    /// PostgreSQL). A failing lake leaves the last mirrored state in place (logged).
+    pub(super) async fn follow_lake(&self, tables: bool) -> Result<()> {
         let mut state = self.state.lock().await;
         if state.at.is_some_and(|t| t.elapsed() < self.refresh) {
-            return Ok(());
+            if !tables {
+                return Ok(());
+            }
+            let Ok(directory) = self.lake.directory().await else {
+                return Ok(());
+            };
+            let same = directory.schemas.len() == state.mirrored.schemas.len()
+                && directory.schemas.iter().all(|(s, ts)| {
+                    state.mirrored.schemas.contains(s)
+                        && ts
+                            .iter()
+                            .all(|t| state.mirrored.tables.contains_key(&(s.clone(), t.clone())))
+                })
+                && state.mirrored.tables.len()
+                    == directory.schemas.values().map(Vec::len).sum::<usize>();
+            if same {
+                return Ok(());
+            }
         }
         let want = match schema::desired(&self.lake).await {
             Ok(want) => want,
@@ -82,7 +126,35 @@ impl MirrorDb {
         if !script.is_empty() {
             let mut conn = self.checkout().await?;
             conn.simple(&format!("BEGIN;{script}COMMIT;")).await?;
+            let bound = Bound {
+                types: &[],
+                formats: &[],
+                values: &[],
+                result_formats: &[],
+            };
+            let rows = conn
+                .execute(ATTRIBUTES, &bound, super::wire::MAX_ANSWER_BYTES)
+                .await?
+                .rows;
             self.checkin(conn);
+            let attributes: Attributes = rows
+                .iter()
+                .filter_map(|r| match r.text_fields().as_slice() {
+                    [
+                        Some(s),
+                        Some(t),
+                        Some(c),
+                        Some(oid),
+                        Some(num),
+                        Some(typmod),
+                    ] => Some((
+                        (s.clone(), t.clone(), c.clone()),
+                        (oid.parse().ok()?, num.parse().ok()?, typmod.parse().ok()?),
+                    )),
+                    _ => None,
+                })
+                .collect();
+            *self.attributes.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(attributes);
         }
         state.mirrored = want;
         state.at = Some(Instant::now());
@@ -105,8 +177,8 @@ impl MirrorDb {
     }
 
     /// A connection with `session`'s settings applied.
-    async fn connection_for(&self, session: &Session) -> Result<Connection> {
-        self.follow_lake().await?;
+    async fn connection_for(&self, session: &Session, tables: bool) -> Result<Connection> {
+        self.follow_lake(tables).await?;
         let mut conn = self.checkout().await?;
         let want = settings_of(session);
         if conn.applied != want {
@@ -134,7 +206,8 @@ impl MirrorDb {
         Ok(conn)
     }
 
-    /// Describes `sql` (Parse + Describe) for `session`.
+    /// Describes `sql` (Parse + Describe) for `session`; `tables`: it reads the catalog's
+    /// tables (see [`Self::follow_lake`]).
     ///
     /// # Errors
     /// [`Error::Postgres`] when PostgreSQL refuses it; [`Error::CatalogMirror`] when the
@@ -144,8 +217,9 @@ impl MirrorDb {
         sql: &str,
         types: &[u32],
         session: &Session,
+        tables: bool,
     ) -> Result<Description> {
-        let mut conn = self.connection_for(session).await?;
+        let mut conn = self.connection_for(session, tables).await?;
         let out = conn.describe(sql, types).await;
         if !matches!(out, Err(Error::CatalogMirror { .. })) {
             self.checkin(conn);
@@ -153,13 +227,38 @@ impl MirrorDb {
         out
     }
 
-    /// Runs `sql` with the client's bound parameters and formats for `session`.
+    /// Runs `sql` with the client's bound parameters and formats for `session`, its answer
+    /// at most `max_bytes`; `cancel` (the client's cancel request) becomes a cancel request to
+    /// the server.
     ///
     /// # Errors
     /// As [`Self::describe`].
-    pub async fn execute(&self, sql: &str, bound: &Bound<'_>, session: &Session) -> Result<Answer> {
-        let mut conn = self.connection_for(session).await?;
-        let out = conn.execute(sql, bound).await;
+    pub async fn execute(
+        &self,
+        sql: &str,
+        bound: &Bound<'_>,
+        session: &Session,
+        cancel: &CancellationToken,
+        max_bytes: u64,
+        tables: bool,
+    ) -> Result<Answer> {
+        let mut conn = self.connection_for(session, tables).await?;
+        let key = conn.cancel_key();
+        let out = {
+            let running = conn.execute(sql, bound, max_bytes);
+            tokio::pin!(running);
+            tokio::select! {
+                out = &mut running => out,
+                () = cancel.cancelled() => {
+                    if let Some(key) = key
+                        && let Err(e) = super::wire::cancel(&self.endpoint, key).await
+                    {
+                        warn!(error = %e, "catalog mirror: cancel request failed");
+                    }
+                    running.await
+                }
+            }
+        };
         if !matches!(out, Err(Error::CatalogMirror { .. })) {
             self.checkin(conn);
         }

@@ -192,7 +192,7 @@ impl CatalogMirror {
             lake.clone(),
             config.refresh,
         ));
-        main.follow_lake().await?;
+        main.follow_lake(false).await?;
         info!(
             database = %main.name(),
             server_version = %server_version,

@@ -1,7 +1,10 @@
 //! Which statements the catalog mirror answers: reads of `pg_catalog` and
-//! `information_schema` only, and table-less statements that use catalog functions or `reg*`
-//! casts — nothing that reads a lake table or a `lakegate.*` table (the mirror's tables are
-//! empty), and nothing that changes the session (`set_config`).
+//! `information_schema` only, and statements that read no table at all (`SELECT 1`,
+//! `SELECT format('%s', 1)`, `generate_series`, recursive CTEs over literals) — PostgreSQL's
+//! own answer, exact by construction. Never what reads a lake table or a `lakegate.*` table
+//! (the mirror's tables are empty), what changes the session (`set_config`), or what asks
+//! about the session the mirror cannot know (`current_user`, `version()`, `pg_backend_pid()`,
+//! `pg_sleep`, which the gateway answers and cancels itself).
 
 use std::ops::ControlFlow;
 
@@ -11,21 +14,6 @@ use datafusion::sql::sqlparser::ast::{
 };
 use lakegate_sql::classify::References;
 
-/// The types whose casts read the catalog (`'shop.orders'::regclass`).
-const REG_TYPES: [&str; 11] = [
-    "regclass",
-    "regtype",
-    "regproc",
-    "regprocedure",
-    "regoper",
-    "regoperator",
-    "regnamespace",
-    "regrole",
-    "regconfig",
-    "regdictionary",
-    "regcollation",
-];
-
 fn last_part(name: &ObjectName) -> Option<String> {
     match name.0.last()? {
         ObjectNamePart::Identifier(i) => Some(i.value.to_ascii_lowercase()),
@@ -33,20 +21,26 @@ fn last_part(name: &ObjectName) -> Option<String> {
     }
 }
 
-fn catalog_function(name: &str) -> bool {
-    name.starts_with("pg_")
-        || name.starts_with("to_reg")
-        || (name.starts_with("has_") && name.ends_with("_privilege"))
-        || matches!(
-            name,
-            "format_type"
-                | "col_description"
-                | "obj_description"
-                | "shobj_description"
-                | "current_schemas"
-                | "_pg_expandarray"
-        )
-}
+/// Functions whose answer is the gateway session's, not the mirror connection's.
+const SESSION_FUNCTIONS: [&str; 17] = [
+    "set_config",
+    "current_setting",
+    "current_user",
+    "session_user",
+    "current_role",
+    "user",
+    "version",
+    "pg_backend_pid",
+    "pg_sleep",
+    "pg_cancel_backend",
+    "pg_terminate_backend",
+    "inet_server_addr",
+    "inet_server_port",
+    "inet_client_addr",
+    "inet_client_port",
+    "pg_postmaster_start_time",
+    "current_query",
+];
 
 fn calls(statement: &Statement, mut hit: impl FnMut(&Expr) -> bool) -> bool {
     visit_expressions(statement, |e| {
@@ -63,47 +57,19 @@ fn function_named(e: &Expr, test: impl Fn(&str) -> bool) -> bool {
     matches!(e, Expr::Function(f) if last_part(&f.name).is_some_and(|n| test(&n)))
 }
 
-/// Whether SQL text can read the catalog at all (a byte scan, so that other statements pay
-/// nothing for the mirror): it names `pg_…`, `information_schema`, a `reg…` type or one of
-/// the catalog functions.
-pub fn may_read_catalog(text: &str) -> bool {
-    const NEEDLES: [&[u8]; 8] = [
-        b"pg_",
-        b"information_schema",
-        b"reg",
-        b"format_type",
-        b"_description",
-        b"current_schemas",
-        b"_privilege",
-        b"to_reg",
-    ];
-    let lower = text.as_bytes().to_ascii_lowercase();
-    NEEDLES
-        .iter()
-        .any(|n| lower.windows(n.len()).any(|w| w == *n))
-}
-
 /// Whether `statement` (whose tables are `refs`) is answered by the mirror.
 pub(crate) fn forwardable(statement: &Statement, refs: &References) -> bool {
     if !matches!(statement, Statement::Query(_)) || !refs.lake.is_empty() || !refs.system.is_empty()
     {
         return false;
     }
-    if calls(statement, |e| function_named(e, |n| n == "set_config")) {
-        return false;
-    }
-    refs.catalog
-        || calls(statement, |e| match e {
-            Expr::Cast {
-                data_type: DataType::Regclass,
-                ..
-            } => true,
-            Expr::Cast {
-                data_type: DataType::Custom(name, _),
-                ..
-            } => last_part(name).is_some_and(|n| REG_TYPES.contains(&n.as_str())),
-            e => function_named(e, catalog_function),
-        })
+    let session = |e: &Expr| match e {
+        Expr::Identifier(i) if i.quote_style.is_none() => {
+            SESSION_FUNCTIONS.contains(&i.value.to_ascii_lowercase().as_str())
+        }
+        e => function_named(e, |n| SESSION_FUNCTIONS.contains(&n)),
+    };
+    !calls(statement, session)
 }
 
 /// The SQL sent to the mirror: the client's own text, unless the statement asks for the
@@ -180,7 +146,6 @@ mod tests {
         assert!(!forwards("SELECT * FROM shop.orders"));
         assert!(!forwards("SELECT * FROM pg_class, shop.orders"));
         assert!(!forwards("SELECT * FROM lakegate.queries"));
-        assert!(!forwards("SELECT 1"));
         assert!(!forwards("SELECT version()"));
         assert!(!forwards(
             "SELECT set_config('search_path', 'x', false) FROM pg_class"
@@ -189,13 +154,19 @@ mod tests {
     }
 
     #[test]
-    fn only_text_that_names_the_catalog_is_parsed_again() {
-        assert!(may_read_catalog("select * from PG_CLASS"));
-        assert!(may_read_catalog("SELECT 'x'::REGCLASS"));
-        assert!(may_read_catalog("select * from information_schema.tables"));
-        assert!(!may_read_catalog(
-            "SELECT order_id FROM shop.orders WHERE amount > 10"
+    fn statements_without_tables_get_postgresqls_answer_unless_they_ask_about_the_session() {
+        assert!(forwards("SELECT 1"));
+        assert!(forwards("SELECT format('%s-%s', 'a', 'b'), 2 ^ 10"));
+        assert!(forwards("SELECT count(*) FROM generate_series(1, 10) AS g"));
+        assert!(forwards(
+            "WITH RECURSIVE f(a) AS (SELECT 1 UNION ALL SELECT a + 1 FROM f WHERE a < 3) \
+             SELECT a FROM f"
         ));
+        assert!(!forwards("SELECT current_user"));
+        assert!(!forwards("SELECT session_user, 1"));
+        assert!(!forwards("SELECT current_setting('TimeZone')"));
+        assert!(!forwards("SELECT pg_backend_pid()"));
+        assert!(!forwards("SELECT pg_sleep(1)"));
     }
 
     #[test]

@@ -79,6 +79,29 @@ pub struct RawRow {
     pub data: Bytes,
 }
 
+impl RawRow {
+    /// The fields as text (for rows asked for in text format).
+    pub fn text_fields(&self) -> Vec<Option<String>> {
+        let mut out = Vec::new();
+        let mut rest: &[u8] = &self.data;
+        for _ in 0..self.fields {
+            let Some((len, tail)) = rest.split_first_chunk::<4>() else {
+                break;
+            };
+            let len = i32::from_be_bytes(*len);
+            if len < 0 {
+                out.push(None);
+                rest = tail;
+                continue;
+            }
+            let n = usize::try_from(len).unwrap_or(usize::MAX).min(tail.len());
+            out.push(Some(String::from_utf8_lossy(&tail[..n]).into_owned()));
+            rest = &tail[n..];
+        }
+        out
+    }
+}
+
 /// The answer to one forwarded statement.
 #[derive(Debug, Clone, Default)]
 pub struct Answer {
@@ -103,9 +126,9 @@ pub struct Bound<'a> {
     pub result_formats: &'a [i16],
 }
 
-/// The largest answer a catalog statement may have before it is refused (catalog answers
-/// are small; this bounds what one statement can make the gateway hold).
-const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// The largest answer a forwarded statement may have before it is refused when
+/// `[limits] max_result_bytes` sets none (answers are collected before they are sent).
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
 
 /// One connection to the mirror server.
 pub struct Connection {
@@ -116,6 +139,44 @@ pub struct Connection {
     pub server_version: String,
     /// The settings last applied on this connection (name, value).
     pub(super) applied: Vec<(String, String)>,
+    /// The server process and its secret key (BackendKeyData), for cancel requests.
+    key: Option<(i32, i32)>,
+}
+
+/// Asks the server to cancel what the connection with `key` runs (a CancelRequest on a
+/// connection of its own, as every PostgreSQL client does it).
+///
+/// # Errors
+/// [`Error::CatalogMirror`] when the server cannot be reached.
+pub async fn cancel(endpoint: &Endpoint, key: (i32, i32)) -> Result<()> {
+    let mut message = BytesMut::new();
+    frontend::cancel_request(key.0, key.1, &mut message);
+    let mut io = open(endpoint).await?;
+    io.write_all(&message)
+        .await
+        .map_err(|e| io_error("cancel", e))?;
+    let _ = io.shutdown().await;
+    Ok(())
+}
+
+async fn open(endpoint: &Endpoint) -> Result<Box<dyn Io>> {
+    Ok(match &endpoint.host {
+        Host::Unix(dir) => {
+            let path = dir.join(format!(".s.PGSQL.{}", endpoint.port));
+            Box::new(
+                tokio::net::UnixStream::connect(&path)
+                    .await
+                    .map_err(|e| io_error(&format!("connect {}", path.display()), e))?,
+            )
+        }
+        Host::Tcp(host) => {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), endpoint.port))
+                .await
+                .map_err(|e| io_error(&format!("connect {host}:{}", endpoint.port), e))?;
+            let _ = stream.set_nodelay(true);
+            Box::new(stream)
+        }
+    })
 }
 
 fn io_error(what: &str, e: impl std::fmt::Display) -> Error {
@@ -130,29 +191,14 @@ impl Connection {
     /// # Errors
     /// [`Error::CatalogMirror`] when the server cannot be reached or refuses the login.
     pub async fn connect(endpoint: &Endpoint) -> Result<Self> {
-        let io: Box<dyn Io> = match &endpoint.host {
-            Host::Unix(dir) => {
-                let path = dir.join(format!(".s.PGSQL.{}", endpoint.port));
-                Box::new(
-                    tokio::net::UnixStream::connect(&path)
-                        .await
-                        .map_err(|e| io_error(&format!("connect {}", path.display()), e))?,
-                )
-            }
-            Host::Tcp(host) => {
-                let stream = tokio::net::TcpStream::connect((host.as_str(), endpoint.port))
-                    .await
-                    .map_err(|e| io_error(&format!("connect {host}:{}", endpoint.port), e))?;
-                let _ = stream.set_nodelay(true);
-                Box::new(stream)
-            }
-        };
+        let io = open(endpoint).await?;
         let mut conn = Self {
             io,
             read: BytesMut::with_capacity(8192),
             write: BytesMut::with_capacity(1024),
             server_version: String::new(),
             applied: Vec::new(),
+            key: None,
         };
         conn.startup(endpoint).await?;
         Ok(conn)
@@ -178,9 +224,10 @@ impl Connection {
         let mut scram: Option<ScramSha256> = None;
         loop {
             match self.next().await? {
-                Message::AuthenticationOk
-                | Message::BackendKeyData(_)
-                | Message::NoticeResponse(_) => {}
+                Message::AuthenticationOk | Message::NoticeResponse(_) => {}
+                Message::BackendKeyData(body) => {
+                    self.key = Some((body.process_id(), body.secret_key()));
+                }
                 Message::AuthenticationCleartextPassword => {
                     let pw = password()?;
                     frontend::password_message(pw.as_bytes(), &mut self.write)
@@ -238,6 +285,11 @@ impl Connection {
                 _ => return Err(io_error("login", "unexpected message")),
             }
         }
+    }
+
+    /// The key a cancel request for this connection needs.
+    pub fn cancel_key(&self) -> Option<(i32, i32)> {
+        self.key
     }
 
     async fn flush(&mut self) -> Result<()> {
@@ -320,11 +372,16 @@ impl Connection {
     }
 
     /// Runs `sql` with the client's bound parameters and result formats (Parse, Bind,
-    /// Describe portal, Execute, Sync) and collects the answer.
+    /// Describe portal, Execute, Sync) and collects the answer, of at most `max_bytes`.
     ///
     /// # Errors
-    /// As [`Self::simple`]; [`Error::CatalogMirror`] when the answer exceeds 64 MiB.
-    pub async fn execute(&mut self, sql: &str, bound: &Bound<'_>) -> Result<Answer> {
+    /// As [`Self::simple`]; 54000 when the answer passes `max_bytes`.
+    pub async fn execute(
+        &mut self,
+        sql: &str,
+        bound: &Bound<'_>,
+        max_bytes: u64,
+    ) -> Result<Answer> {
         frontend::parse("", sql, bound.types.iter().copied(), &mut self.write)
             .map_err(|e| io_error("parse", e))?;
         frontend::bind(
@@ -352,16 +409,20 @@ impl Connection {
         self.flush().await?;
         let mut out = Answer::default();
         let mut failed = None;
-        let mut bytes = 0usize;
+        let mut bytes = 0u64;
         loop {
             match self.next().await? {
                 Message::RowDescription(body) => out.columns = columns(body.fields())?,
                 Message::DataRow(body) => {
-                    bytes += body.buffer().len();
-                    if bytes > MAX_ANSWER_BYTES {
+                    bytes += body.buffer().len() as u64;
+                    if bytes > max_bytes {
                         failed.get_or_insert(PostgresError::new(
                             "54000",
-                            "catalog answer larger than 64 MiB",
+                            &format!(
+                                "the result passed the max_result_bytes limit ({}): select \
+                                 fewer columns or rows, or aggregate",
+                                lakegate_engines::units::human_bytes(max_bytes)
+                            ),
                         ));
                         continue;
                     }

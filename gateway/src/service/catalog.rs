@@ -21,18 +21,34 @@ pub struct Forward {
     pub db: Arc<MirrorDb>,
     /// The SQL it runs.
     pub sql: String,
+    /// The largest answer it may have (`[limits] max_result_bytes`, else 64 MiB).
+    pub max_bytes: u64,
+    /// Whether it reads `pg_catalog` or `information_schema` (then the mirror first checks
+    /// that it lists the lake's tables of this moment).
+    pub reads_catalog: bool,
 }
 
 impl GatewayService {
-    /// The statements of `text` the catalog mirror answers for `session`, by position
-    /// (`None`: the gateway answers it; empty: all of them). The text is parsed as the client
-    /// wrote it — the gateway's own parse rewrites catalog constructs for the emulation — and
-    /// only when it can name the catalog at all.
-    pub async fn catalog_forwards(&self, text: &str, session: &Session) -> Vec<Option<Forward>> {
+    /// The statements of `text` (parsed by the gateway as `parsed`) the catalog mirror
+    /// answers for `session`, by position (`None`: the gateway answers it; empty: all of
+    /// them). A statement that reads a lake table costs one walk of `parsed`; the others are
+    /// parsed again as the client wrote them (the gateway's parse rewrites catalog constructs
+    /// for the emulation), and that text is what the mirror runs.
+    pub async fn catalog_forwards(
+        &self,
+        text: &str,
+        parsed: &[Statement],
+        session: &Session,
+    ) -> Vec<Option<Forward>> {
         let Some(mirror) = self.mirror.as_ref() else {
             return vec![];
         };
-        if !route::may_read_catalog(text) {
+        let settings = session.engine_settings();
+        let reads_tables = |s: &Statement| {
+            classify::references(s, settings.default_schema())
+                .map_or(true, |r| !r.lake.is_empty() || !r.system.is_empty())
+        };
+        if parsed.iter().all(reads_tables) {
             return vec![];
         }
         let Ok(statements) = DFParser::parse_sql_with_dialect(text, &PostgreSqlDialect {}) else {
@@ -45,15 +61,15 @@ impl GatewayService {
                 _ => None,
             })
             .collect();
-        let settings = session.engine_settings();
-        let forwardable: Vec<bool> = statements
+        // Per statement: whether the mirror answers it, and whether it reads the catalog.
+        let forwardable: Vec<Option<bool>> = statements
             .iter()
             .map(|s| {
-                classify::references(s, settings.default_schema())
-                    .is_ok_and(|refs| route::forwardable(s, &refs))
+                let refs = classify::references(s, settings.default_schema()).ok()?;
+                route::forwardable(s, &refs).then_some(refs.catalog)
             })
             .collect();
-        if !forwardable.contains(&true) || !self.sees_every_table(session).await {
+        if forwardable.iter().all(Option::is_none) || !self.sees_every_table(session).await {
             return vec![];
         }
         let db = mirror.database(session.database()).await;
@@ -61,10 +77,15 @@ impl GatewayService {
         statements
             .iter()
             .zip(forwardable)
-            .map(|(s, yes)| {
-                yes.then(|| Forward {
+            .map(|(s, catalog)| {
+                catalog.map(|reads_catalog| Forward {
                     db: db.clone(),
                     sql: route::mirror_sql(s, whole, session.database(), db.name()),
+                    max_bytes: match self.security.max_result_bytes {
+                        0 => crate::mirror::wire::MAX_ANSWER_BYTES,
+                        n => n,
+                    },
+                    reads_catalog,
                 })
             })
             .collect()

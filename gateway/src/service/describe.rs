@@ -27,6 +27,7 @@ impl GatewayService {
         if let Some(names) = &plan.names {
             described.schema = output_names::rename_schema(&described.schema, names);
         }
+        described.schema = plan.with_origins(&described.schema);
         Ok(described)
     }
 

@@ -19,6 +19,7 @@
 //! - [`heat`] — what queries read, for the maintenance loop.
 //! - [`engines`] — the engine registry.
 //! - [`output_names`] — PostgreSQL's names for result columns.
+//! - [`origins`] — the table OID, attnum and typmod of result columns that are table columns.
 
 pub mod cache;
 pub mod catalog;
@@ -30,6 +31,7 @@ pub mod engines;
 mod heat;
 pub mod hooks;
 pub mod numeric;
+pub mod origins;
 pub mod output_names;
 pub mod parse;
 pub mod plan;

@@ -121,6 +121,15 @@ pub fn rename_stream(
     names: &[String],
 ) -> SendableRecordBatchStream {
     let schema = rename_schema(&stream.schema(), names);
+    with_schema(stream, schema)
+}
+
+/// The stream with its batches relabelled as `schema` (the same columns: other names or
+/// field metadata).
+pub fn with_schema(
+    stream: SendableRecordBatchStream,
+    schema: SchemaRef,
+) -> SendableRecordBatchStream {
     if Arc::ptr_eq(&schema, &stream.schema()) {
         return stream;
     }

@@ -9,6 +9,7 @@
 //! the scan estimate.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use datafusion::common::ParamValues;
 use datafusion::sql::sqlparser::ast::{Expr, Statement, Value, visit_expressions};
@@ -114,6 +115,12 @@ pub struct Plan {
     pub numeric: Option<super::numeric::NumericOutputs>,
     /// The statement with those operands selected too (what runs when `numeric` is set).
     pub operands: Option<Statement>,
+    /// Where output columns come from, and the mirror database that numbers them (PostgreSQL
+    /// clients with a catalog mirror).
+    pub origins: Option<(
+        super::origins::Origins,
+        Arc<crate::mirror::database::MirrorDb>,
+    )>,
 }
 
 impl Plan {
@@ -128,6 +135,17 @@ impl Plan {
     /// The scan estimate.
     pub fn scan_bytes(&self) -> u64 {
         self.profile.scan_bytes.unwrap_or(0)
+    }
+
+    /// `schema` (the client's result schema) with its columns' catalog places.
+    pub fn with_origins(
+        &self,
+        schema: &arrow::datatypes::SchemaRef,
+    ) -> arrow::datatypes::SchemaRef {
+        match &self.origins {
+            Some((origins, db)) => super::origins::annotate(schema, origins, |c| db.attribute(c)),
+            None => schema.clone(),
+        }
     }
 }
 
@@ -184,6 +202,12 @@ impl GatewayService {
         // Arrow has no unbounded numeric: Flight SQL clients get the planner's decimal type.
         if ctx.frontend != super::context::Frontend::Flight {
             self.numeric_outputs(&mut plan).await;
+            if let Some(mirror) = &self.mirror
+                && let Some(origins) =
+                    super::origins::of(&plan.statement, plan.settings.default_schema())
+            {
+                plan.origins = Some((origins, mirror.database(&plan.settings.database).await));
+            }
         }
         Ok(plan)
     }
@@ -428,6 +452,7 @@ pub fn decide(
         engines: chosen,
         numeric: None,
         operands: None,
+        origins: None,
     })
 }
 

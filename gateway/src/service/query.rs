@@ -13,6 +13,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 
 use super::cache::{CacheKey, CacheOutcome, CachedResult, ResultCache, Uncached};
+use super::output_names;
 use super::plan::Plan;
 use super::run::Ran;
 use super::{GatewayService, StatementContext};
@@ -119,6 +120,8 @@ impl GatewayService {
             Some(numeric) => numeric.apply(stream),
             None => stream,
         };
+        let annotated = plan.with_origins(&stream.schema());
+        let stream = output_names::with_schema(stream, annotated);
         let rows = self.limited(stream, &plan.decision.group);
         Ok(match reading {
             Reading::Statement => ctx.bound(rows),

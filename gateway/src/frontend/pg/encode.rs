@@ -20,7 +20,7 @@ use pgwire::types::format::FormatOptions;
 
 use super::handler::to_pg_error;
 use crate::error::Error;
-use crate::service::numeric;
+use crate::service::{numeric, origins};
 use crate::session::Session;
 
 /// Text formatting options (DateStyle, TimeZone, extra_float_digits, ...) from the session.
@@ -236,6 +236,17 @@ pub(crate) fn fields(
                     f.format(),
                 )
                 .with_format_options(options.clone())
+            } else if let Some((oid, attnum, typmod)) = origins::attribute(arrow_field) {
+                // A table's column: where PostgreSQL says it comes from, and its typmod.
+                FieldInfo::new(
+                    f.name().to_string(),
+                    i32::try_from(oid).ok(),
+                    Some(attnum),
+                    f.datatype().clone(),
+                    f.format(),
+                )
+                .with_format_options(options.clone())
+                .with_type_modifier(typmod)
             } else {
                 f
             }

@@ -118,13 +118,21 @@ impl QueryParser for PgParser {
         let session = session_of(client);
         if client.transaction_status() != TransactionStatus::Error {
             let session = session.lock().await;
-            let mut forwards = self.service.catalog_forwards(sql, &session).await;
+            let mut forwards = self
+                .service
+                .catalog_forwards(sql, std::slice::from_ref(&statement), &session)
+                .await;
             if let (1, Some(Some(forward))) = (forwards.len(), forwards.pop()) {
                 let oids: Vec<u32> = types
                     .iter()
                     .map(|t| t.as_ref().map_or(0, Type::oid))
                     .collect();
-                match forward.db.describe(&forward.sql, &oids, &session).await {
+                let catalog = forward.reads_catalog;
+                match forward
+                    .db
+                    .describe(&forward.sql, &oids, &session, catalog)
+                    .await
+                {
                     Ok(description) => {
                         return Ok(PgStatement {
                             statement: Some(statement),
@@ -411,7 +419,8 @@ impl ExtendedQueryHandler for PgQueryHandler {
             };
             let cell = session_of(client);
             let session = cell.lock().await;
-            return forward::run(&m.forward, &bound, &session)
+            let busy = forward::busy(client);
+            return forward::run(&m.forward, &bound, &session, &cancel_token(client), busy)
                 .await
                 .map_err(|e| to_pg_error(&e));
         }

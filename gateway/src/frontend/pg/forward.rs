@@ -10,7 +10,9 @@ use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse, Response};
 use pgwire::messages::data::DataRow;
 use postgres_types::Kind;
+use tokio_util::sync::CancellationToken;
 
+use super::idle::{Activity, Busy};
 use crate::error::Result;
 use crate::mirror::wire::{Bound, Column, Description};
 use crate::service::catalog::Forward;
@@ -76,20 +78,42 @@ pub(super) fn fields(columns: &[Column], format: &Format) -> Vec<FieldInfo> {
         .collect()
 }
 
+/// The connection's activity marked busy (for the idle-in-transaction timeout).
+pub(super) fn busy<C: pgwire::api::ClientInfo + ?Sized>(client: &C) -> Option<Busy> {
+    client
+        .session_extensions()
+        .get::<Arc<Activity>>()
+        .map(|a| a.begin())
+}
+
 /// Runs a forwarded statement and makes its pgwire response.
 pub(super) async fn run(
     forward: &Forward,
     bound: &Bound<'_>,
     session: &Session,
+    cancel: &CancellationToken,
+    busy: Option<Busy>,
 ) -> Result<Response> {
-    let answer = forward.db.execute(&forward.sql, bound, session).await?;
+    let answer = forward
+        .db
+        .execute(
+            &forward.sql,
+            bound,
+            session,
+            cancel,
+            forward.max_bytes,
+            forward.reads_catalog,
+        )
+        .await?;
     if answer.columns.is_empty() {
         return Ok(Response::Execution(pgwire::api::results::Tag::new(
             answer.tag.split(' ').next().unwrap_or("SELECT"),
         )));
     }
     let fields: Vec<FieldInfo> = answer.columns.iter().map(|c| field(c, c.format)).collect();
-    let rows = answer.rows.into_iter().map(|r| {
+    // The session is busy (not idle in a transaction) until the last row is sent.
+    let rows = answer.rows.into_iter().map(move |r| {
+        let _held = &busy;
         Ok(DataRow::new(
             bytes::BytesMut::from(r.data.as_ref()),
             r.fields,

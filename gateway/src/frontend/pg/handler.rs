@@ -379,7 +379,8 @@ impl PgQueryHandler {
             values: &[],
             result_formats: &[],
         };
-        match super::forward::run(&forward, &bound, &session).await {
+        let busy = super::forward::busy(client);
+        match super::forward::run(&forward, &bound, &session, &cancel_token(client), busy).await {
             Err(e @ Error::CatalogMirror { .. }) => {
                 tracing::warn!(error = %e, "catalog mirror lost: the emulated catalog answers");
                 None
@@ -404,7 +405,10 @@ impl SimpleQueryHandler for PgQueryHandler {
         let forwards = {
             let cell = session_of(client);
             let session = cell.lock().await;
-            let forwards = self.service.catalog_forwards(query, &session).await;
+            let forwards = self
+                .service
+                .catalog_forwards(query, &statements, &session)
+                .await;
             // Both parses split the text alike; if not, the gateway answers everything.
             if forwards.len() == statements.len() {
                 forwards
