@@ -1,16 +1,18 @@
 //! Which statements the catalog mirror answers: reads of `pg_catalog` and
-//! `information_schema` only, and statements that read no table at all (`SELECT 1`,
-//! `SELECT format('%s', 1)`, `generate_series`, recursive CTEs over literals) — PostgreSQL's
-//! own answer, exact by construction. Never what reads a lake table or a `lakegate.*` table
-//! (the mirror's tables are empty), what changes the session (`set_config`), or what asks
-//! about the session the mirror cannot know (`current_user`, `version()`, `pg_backend_pid()`,
-//! `pg_sleep`, which the gateway answers and cancels itself).
+//! `information_schema` only, and statements without any FROM item or set-returning function
+//! (`SELECT 1`, `SELECT format('%s', 1)`, `'x'::regclass`) — PostgreSQL's own answer, exact by
+//! construction, and a row or a few (the mirror's answers are collected before they are sent;
+//! `generate_series` and other row sources stay with the engines, which stream). Never what
+//! reads a lake table or a `lakegate.*` table (the mirror's tables are empty), what changes the
+//! session (`set_config`), or what asks about the session the mirror cannot know
+//! (`current_user`, `version()`, `pg_backend_pid()`, `pg_sleep`, which the gateway answers and
+//! cancels itself).
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CastKind, DataType, Expr, ObjectName, ObjectNamePart, Statement, Value, visit_expressions,
-    visit_expressions_mut,
+    CastKind, DataType, Expr, ObjectName, ObjectNamePart, Statement, TableFactor, Value, Visit,
+    Visitor, visit_expressions, visit_expressions_mut,
 };
 use lakegate_sql::classify::References;
 
@@ -69,7 +71,36 @@ pub(crate) fn forwardable(statement: &Statement, refs: &References) -> bool {
         }
         e => function_named(e, |n| SESSION_FUNCTIONS.contains(&n)),
     };
-    !calls(statement, session)
+    if calls(statement, session) {
+        return false;
+    }
+    refs.catalog
+        || (!has_from_items(statement) && !calls(statement, |e| function_named(e, set_returning)))
+}
+
+/// Functions that return rows (their output is not a row or a few).
+fn set_returning(name: &str) -> bool {
+    name.starts_with("generate_")
+        || name.starts_with("unnest")
+        || name.starts_with("regexp_split_to_table")
+        || name.starts_with("regexp_matches")
+        || name.starts_with("json_each")
+        || name.starts_with("jsonb_each")
+        || name.ends_with("_array_elements")
+        || name.ends_with("_array_elements_text")
+        || name == "range"
+}
+
+/// Whether `statement` has a FROM item anywhere (a table, a function, a subquery, a CTE).
+fn has_from_items(statement: &Statement) -> bool {
+    struct FromItems;
+    impl Visitor for FromItems {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, _: &TableFactor) -> ControlFlow<()> {
+            ControlFlow::Break(())
+        }
+    }
+    statement.visit(&mut FromItems).is_break()
 }
 
 /// The SQL sent to the mirror: the client's own text, unless the statement asks for the
@@ -157,8 +188,12 @@ mod tests {
     fn statements_without_tables_get_postgresqls_answer_unless_they_ask_about_the_session() {
         assert!(forwards("SELECT 1"));
         assert!(forwards("SELECT format('%s-%s', 'a', 'b'), 2 ^ 10"));
-        assert!(forwards("SELECT count(*) FROM generate_series(1, 10) AS g"));
-        assert!(forwards(
+        // Row sources stream from the engines.
+        assert!(!forwards(
+            "SELECT count(*) FROM generate_series(1, 10) AS g"
+        ));
+        assert!(!forwards("SELECT generate_series(1, 10)"));
+        assert!(!forwards(
             "WITH RECURSIVE f(a) AS (SELECT 1 UNION ALL SELECT a + 1 FROM f WHERE a < 3) \
              SELECT a FROM f"
         ));
