@@ -150,7 +150,7 @@ fn template(bin: &Path, user: Option<(u32, u32)>) -> Result<PathBuf> {
         |(u, _)| u,
     );
     let dir = std::env::temp_dir().join(format!(
-        "lakegate-pgcat-template-{uid}-{SUPERUSER}{version}"
+        "lakegate-pgcat-template-{uid}-{SUPERUSER}-utf8{version}"
     ));
     let owned = |d: &Path| {
         std::fs::metadata(d).is_ok_and(|m| m.uid() == uid && m.mode() & 0o022 == 0)
@@ -163,13 +163,23 @@ fn template(bin: &Path, user: Option<(u32, u32)>) -> Result<PathBuf> {
     std::fs::create_dir_all(&fresh).map_err(|e| fail(format!("{}: {e}", fresh.display())))?;
     chown_tree(&fresh, user).map_err(|e| fail(format!("chown {}: {e}", fresh.display())))?;
     let data = fresh.join("data");
-    let out = command(&bin.join("initdb"), user)
-        .arg("-D")
-        .arg(&data)
-        .args(["-U", SUPERUSER, "-A", "trust", "-E", "UTF8", "--locale=C"])
-        .args(["--no-sync", "--no-instructions"])
-        .output()
-        .map_err(|e| fail(format!("initdb: {e}")))?;
+    // C.UTF-8: code-point order (as `C`) with Unicode case mapping (`upper('ß')`,
+    // `lower('É')`), what a UTF-8 installation answers; plain `C` where the system lacks it.
+    let initdb = |locale: &str| {
+        let _ = std::fs::remove_dir_all(&data);
+        command(&bin.join("initdb"), user)
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", SUPERUSER, "-A", "trust", "-E", "UTF8"])
+            .arg(format!("--locale={locale}"))
+            .args(["--no-sync", "--no-instructions"])
+            .output()
+            .map_err(|e| fail(format!("initdb: {e}")))
+    };
+    let mut out = initdb("C.UTF-8")?;
+    if !out.status.success() {
+        out = initdb("C")?;
+    }
     if !out.status.success() {
         let _ = std::fs::remove_dir_all(&fresh);
         return Err(fail(format!(
