@@ -1,17 +1,23 @@
 """psycopg2 (client-side parameters over the simple protocol, named cursors as DECLARE/FETCH)
 and node-postgres (the extended protocol from Node.js), each at its newest release and an
 older line (scripts/setup.sh installs both node-postgres lines; the older psycopg2 runs in the
-older-driver venv)."""
+older-driver venv); and what clients see when the catalog mirror's PostgreSQL dies."""
+import glob
 import json
 import os
+import signal
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
+import psycopg
 import psycopg2
 import psycopg2.extras
 import pytest
+import warehouse as wh
 
-from conftest import ROOT
+from conftest import ROOT, start_gateway
 
 NODE_PG_LINES = ["8.23.1", "8.16.3"]
 
@@ -84,3 +90,31 @@ def test_node_postgres(gateway, expected, version, tmp_path):
     assert got["prepared"] == got["again"] and int(got["prepared"]) > 0
     assert got["typname"] == "numeric"
     assert got["code"] == "42P01" and got["after"] == 1
+
+
+def test_a_lost_catalog_mirror_falls_back_to_the_emulated_catalog(lake_dir):
+    """The mirror's PostgreSQL killed under a running gateway: catalog statements and statements
+    without tables are still answered (by the emulated catalog and the engines), promptly."""
+    gw = start_gateway(wh.flags(str(lake_dir)))
+    try:
+        pids = glob.glob(os.path.join(
+            tempfile.gettempdir(), f"lakegate-pgcat-run-{gw.proc.pid}-*", "data", "postmaster.pid"))
+        assert len(pids) == 1, pids
+        postmaster = int(Path(pids[0]).read_text().splitlines()[0])
+        catalog = "SELECT count(*) FROM pg_catalog.pg_class WHERE relname = 'orders'"
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            assert conn.execute(catalog).fetchone() == (1,)
+            os.kill(postmaster, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{postmaster}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            started = time.monotonic()
+            for _ in range(3):
+                assert conn.execute(catalog).fetchone()[0] >= 1
+                assert conn.execute("SELECT 1").fetchone()[0] == 1
+            assert time.monotonic() - started < 10
+        with psycopg.connect(gw.dsn, autocommit=True) as fresh:
+            assert fresh.execute(catalog).fetchone()[0] >= 1
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=30)
