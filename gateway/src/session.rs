@@ -12,10 +12,6 @@ use sync_wrapper::SyncWrapper;
 use crate::error::{Error, Result};
 use crate::service::Frontend;
 
-/// The server version reported to clients until the catalog mirror's is known
-/// ([`lakegate_engines::system_catalog::server_version`] is the one in force).
-const SERVER_VERSION: &str = "16.6";
-
 /// A setting clients may read and (unless read-only) change.
 struct Param {
     name: &'static str,
@@ -82,8 +78,9 @@ const PARAMS: &[Param] = &[
     // A client tag routing rules can match (`tags = [...]`).
     rw("lakegate.tag", ""),
     ro("standard_conforming_strings", "on"),
-    ro("server_version", SERVER_VERSION),
-    ro("server_version_num", "160006"),
+    // Both filled by `Session::new` from the catalog mirror's server (engines' `server_version`).
+    ro("server_version", ""),
+    ro("server_version_num", ""),
     ro("server_encoding", "UTF8"),
     ro("integer_datetimes", "on"),
     ro("is_superuser", "off"),
@@ -335,10 +332,9 @@ impl Session {
         }
     }
 
-    /// The settings an engine needs.
-    pub fn engine_settings(&self) -> Settings {
-        let search_path: Vec<String> = self
-            .values
+    /// The schemas of `search_path`, in order (`$user` and empty entries left out).
+    pub fn search_path(&self) -> Vec<String> {
+        self.values
             .get("search_path")
             .map(|s| {
                 s.split(',')
@@ -346,7 +342,21 @@ impl Session {
                     .filter(|p| !p.is_empty() && p != "$user")
                     .collect()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// The schema unqualified table names resolve to (the first of `search_path`, else
+    /// `public`), as [`Settings::default_schema`] gives it.
+    pub fn default_schema(&self) -> String {
+        self.search_path()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "public".into())
+    }
+
+    /// The settings an engine needs.
+    pub fn engine_settings(&self) -> Settings {
+        let search_path = self.search_path();
         Settings {
             user: self.user.clone(),
             database: self.database.clone(),

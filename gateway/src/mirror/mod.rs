@@ -94,7 +94,6 @@ pub struct CatalogMirror {
     others: tokio::sync::Mutex<HashMap<String, Arc<MirrorDb>>>,
     lake: Arc<Lake>,
     refresh: Duration,
-    server_version: String,
 }
 
 impl std::fmt::Debug for CatalogMirror {
@@ -205,13 +204,7 @@ impl CatalogMirror {
             others: tokio::sync::Mutex::new(HashMap::new()),
             lake,
             refresh: config.refresh,
-            server_version,
         })
-    }
-
-    /// The mirror server's `server_version` (what lakegate reports to clients).
-    pub fn server_version(&self) -> &str {
-        &self.server_version
     }
 
     /// The mirror database for a client connected to `database`: its own in a private

@@ -333,10 +333,7 @@ impl Connection {
                 _ => {}
             }
         }
-        match failed {
-            Some(e) => Err(Error::Postgres(Box::new(e))),
-            None => Ok(()),
-        }
+        answered(failed, ())
     }
 
     /// Describes `sql` as Parse + Describe of the unnamed statement.
@@ -365,10 +362,7 @@ impl Connection {
                 _ => {}
             }
         }
-        match failed {
-            Some(e) => Err(Error::Postgres(Box::new(e))),
-            None => Ok(out),
-        }
+        answered(failed, out)
     }
 
     /// Runs `sql` with the client's bound parameters and result formats (Parse, Bind,
@@ -443,10 +437,7 @@ impl Connection {
                 _ => {}
             }
         }
-        match failed {
-            Some(e) => Err(Error::Postgres(Box::new(e))),
-            None => Ok(out),
-        }
+        answered(failed, out)
     }
 }
 
@@ -469,6 +460,14 @@ fn columns<'a>(
         });
     }
     Ok(out)
+}
+
+/// `out`, unless the server sent an ErrorResponse on the way.
+fn answered<T>(failed: Option<PostgresError>, out: T) -> Result<T> {
+    match failed {
+        Some(e) => Err(Error::Postgres(Box::new(e))),
+        None => Ok(out),
+    }
 }
 
 /// The fields of a server's ErrorResponse a client sees.

@@ -11,7 +11,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use super::GatewayService;
 use crate::classify;
 use crate::mirror::database::MirrorDb;
-use crate::mirror::{CatalogMirror, route};
+use crate::mirror::route;
 use crate::session::Session;
 
 /// A statement the mirror answers, and the SQL to send it.
@@ -43,9 +43,9 @@ impl GatewayService {
         let Some(mirror) = self.mirror.as_ref() else {
             return vec![];
         };
-        let settings = session.engine_settings();
+        let default_schema = session.default_schema();
         let reads_tables = |s: &Statement| {
-            classify::references(s, settings.default_schema())
+            classify::references(s, &default_schema)
                 .map_or(true, |r| !r.lake.is_empty() || !r.system.is_empty())
         };
         if parsed.iter().all(reads_tables) {
@@ -65,7 +65,7 @@ impl GatewayService {
         let forwardable: Vec<Option<bool>> = statements
             .iter()
             .map(|s| {
-                let refs = classify::references(s, settings.default_schema()).ok()?;
+                let refs = classify::references(s, &default_schema).ok()?;
                 route::forwardable(s, &refs).then_some(refs.catalog)
             })
             .collect();
@@ -103,10 +103,5 @@ impl GatewayService {
             .schemas
             .iter()
             .all(|(ns, tables)| tables.iter().all(|t| (visible.allows)(ns, t)))
-    }
-
-    /// The catalog mirror, when one runs.
-    pub fn mirror(&self) -> Option<&Arc<CatalogMirror>> {
-        self.mirror.as_ref()
     }
 }
