@@ -113,6 +113,14 @@ impl DataFusionEngine {
         let ctx = SessionContext::new_with_config_rt(config, runtime);
         ctx.add_analyzer_rule(Arc::new(crate::pg_temporal::PgTemporal));
         ctx.add_analyzer_rule(Arc::new(crate::semantics::PgTextCasts));
+        ctx.register_udwf(crate::pg_window::ntile());
+        // PostgreSQL's `variance` is the sample variance (DataFusion's `var`).
+        ctx.register_udaf(
+            datafusion::functions_aggregate::variance::var_samp_udaf()
+                .as_ref()
+                .clone()
+                .with_aliases(["variance"]),
+        );
         ctx.register_catalog(&options.database, Arc::new(MemoryCatalogProvider::new()));
         setup_pg_catalog(&ctx, &options.database, EmptyContextProvider)
             .map_err(Error::DataFusion)?;
@@ -261,6 +269,7 @@ impl DataFusionEngine {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::pg_like::udf());
+        ctx.register_udf(crate::pg_zone::udf(&request.settings.time_zone));
         Ok(ctx)
     }
 
@@ -269,10 +278,12 @@ impl DataFusionEngine {
         // PostgreSQL's spellings DataFusion plans differently (see each module).
         crate::pg_extract::rewrite(&mut statement);
         crate::pg_like::rewrite(&mut statement);
+        crate::pg_zone::rewrite(&mut statement)?;
         let plan = ctx
             .state()
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await?;
+        let plan = crate::pg_result_types::rewrite(plan)?;
         datafusion::execution::context::SQLOptions::new()
             .with_allow_ddl(false)
             .with_allow_dml(false)
@@ -292,9 +303,14 @@ fn apply_settings(config: &mut SessionConfig, settings: &Settings) {
     options.execution.time_zone = Some(settings.time_zone.clone());
 }
 
+fn is_decimal(t: &DataType) -> bool {
+    matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+}
+
 /// `planned` with the date and time types [`PgTemporal`](crate::pg_temporal::PgTemporal) gave
 /// the analyzed plan (`date + interval` is a timestamp, `date_trunc` of a date a timestamptz):
-/// the types execution returns. Other columns keep the planned type (the analyzed one of a
+/// the types execution returns, and an integer column's analyzed float or decimal type (a
+/// branch's type before coercion). Other columns keep the planned type (the analyzed one of a
 /// decimal expression is not always what execution returns).
 fn with_temporal_types(planned: Schema, analyzed: &Schema) -> Schema {
     let temporal = |t: &DataType| {
@@ -315,6 +331,14 @@ fn with_temporal_types(planned: Schema, analyzed: &Schema) -> Schema {
         )
         .map(|(p, a)| match a {
             Some(a) if temporal(p.data_type()) && temporal(a.data_type()) => {
+                p.as_ref().clone().with_data_type(a.data_type().clone())
+            }
+            // Before coercion a CASE or coalesce has its first branch's type (`CASE WHEN … THEN 0
+            // ELSE price END` would be a bigint); coercion gives every branch the common one.
+            Some(a)
+                if p.data_type().is_integer()
+                    && (a.data_type().is_floating() || is_decimal(a.data_type())) =>
+            {
                 p.as_ref().clone().with_data_type(a.data_type().clone())
             }
             _ => p.as_ref().clone(),

@@ -141,14 +141,16 @@ impl Engine for DuckDbEngine {
     }
 
     /// Measured against PostgreSQL (tests/conformance): DuckDB divides and averages decimals
-    /// in double precision and prints floats its own way; its timestamps, dates and
-    /// intervals print as PostgreSQL's.
+    /// in double precision, prints floats its own way and casts a float to a decimal from its
+    /// binary value (Trino and Spark from its shortest text; PostgreSQL from 15 significant
+    /// digits); its timestamps, dates and intervals print as PostgreSQL's.
     fn inexact(&self) -> &'static [Feature] {
         &[
             Feature::FloatText,
             Feature::NumericDivision,
             Feature::NumericAverage,
             Feature::FractionalDatePart,
+            Feature::FloatToNumeric,
         ]
     }
 

@@ -24,6 +24,10 @@ pub enum ErrorKind {
     DatatypeMismatch,
     /// Bad data met while computing (division by zero, overflow, bad cast).
     DataException,
+    /// A value that does not fit its numeric type (SQLSTATE 22003).
+    NumericOutOfRange,
+    /// Division by zero (SQLSTATE 22012).
+    DivisionByZero,
     /// The statement was cancelled by the client or a timeout.
     Canceled,
     /// A cursor named by FETCH / CLOSE / MOVE does not exist.
@@ -112,6 +116,15 @@ pub enum Error {
         /// The engine's message.
         message: String,
     },
+    /// A value PostgreSQL refuses, with PostgreSQL's own message (`numeric field overflow`,
+    /// `division by zero`), raised where lakegate computes PostgreSQL's semantics itself.
+    #[error("{message}")]
+    Value {
+        /// The SQLSTATE class of the refusal.
+        kind: ErrorKind,
+        /// PostgreSQL's message.
+        message: String,
+    },
     /// An engine cannot be reached or is not set up.
     #[error("engine {engine} is unavailable: {reason}")]
     EngineUnavailable {
@@ -165,7 +178,7 @@ impl Error {
             Self::DataFusion(e) => datafusion_kind(e),
             Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::Canceled | Self::TimedOut => ErrorKind::Canceled,
-            Self::Engine { kind, .. } => *kind,
+            Self::Engine { kind, .. } | Self::Value { kind, .. } => *kind,
             Self::EngineUnavailable { .. } => ErrorKind::Unavailable,
             Self::Internal(_) => ErrorKind::Internal,
         }

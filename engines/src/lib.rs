@@ -23,8 +23,13 @@
 //! - [`pg_attribute`] — exact column types in `pg_catalog.pg_attribute`.
 //! - [`semantics`] — PostgreSQL's value semantics: what the embedded engine keeps, and the
 //!   features a statement relies on that other engines refuse.
+//! - [`pg_float_numeric`] — float/numeric comparisons and casts as PostgreSQL makes them.
 //! - [`pg_numeric`] — PostgreSQL's numeric division (value-dependent scale).
+//! - [`pg_result_types`] — PostgreSQL's result types for `ceil`/`floor`/`trunc` of a numeric
+//!   and `sum` of a `bigint`.
 //! - [`pg_text`] — values printed as PostgreSQL prints them.
+//! - [`pg_zone`] — PostgreSQL's `AT TIME ZONE` (both directions) on the embedded engine.
+//! - [`pg_window`] — PostgreSQL's window functions where DataFusion's differ (`ntile`).
 //! - [`to_char`] — PostgreSQL's `to_char` templates on the embedded engine.
 //! - [`units`] — byte counts as people read them.
 
@@ -37,10 +42,14 @@ pub mod error;
 pub mod lake;
 pub mod pg_attribute;
 pub mod pg_extract;
+pub mod pg_float_numeric;
 pub mod pg_like;
 pub mod pg_numeric;
+pub mod pg_result_types;
 pub mod pg_temporal;
 pub mod pg_text;
+pub mod pg_window;
+pub mod pg_zone;
 pub mod semantics;
 pub mod spark;
 pub mod system_catalog;

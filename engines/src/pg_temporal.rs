@@ -35,6 +35,9 @@ pub struct PgTemporal;
 
 const NANOS_PER_DAY: i64 = 86_400_000_000_000;
 
+/// The function a `timestamp - timestamp` difference is justified by.
+pub const JUSTIFY_HOURS: &str = "lakegate_justify_hours";
+
 impl AnalyzerRule for PgTemporal {
     fn name(&self) -> &str {
         "lakegate_pg_temporal"
@@ -64,11 +67,15 @@ impl AnalyzerRule for PgTemporal {
                 let out = expr.transform_up(|e| rewrite(e, &schema, &zone, &justify))?;
                 Ok(out.update_data(|e| saved.restore(e)))
             })?;
-            if node.transformed {
-                Ok(Transformed::yes(node.data.recompute_schema()?))
+            // An input's column may have changed type (`date_trunc` under `GROUP BY 1`): every
+            // node's schema is recomputed.
+            let changed = node.transformed;
+            let data = node.data.recompute_schema()?;
+            Ok(if changed {
+                Transformed::yes(data)
             } else {
-                Ok(node)
-            }
+                Transformed::no(data)
+            })
         })
         .map(|t| t.data)
     }
@@ -189,7 +196,7 @@ impl ScalarUDFImpl for JustifyHours {
     }
 
     fn name(&self) -> &str {
-        "lakegate_justify_hours"
+        JUSTIFY_HOURS
     }
 
     fn signature(&self) -> &Signature {

@@ -7,7 +7,8 @@
 //!   `'at ' || ts`) into [`pg_text`](crate::pg_text)'s formatting, in the session's time zone;
 //!   and gives casts to integers PostgreSQL's rounding: a numeric rounds half away from zero
 //!   (`2.5::int` is 3), a float to the nearest even (`2.5::float8::int` is 2, as `rint`), and
-//!   `round(float8)` rounds to even too.
+//!   `round(float8)` rounds to even too; a float meets a numeric as in PostgreSQL
+//!   ([`pg_float_numeric`](crate::pg_float_numeric)).
 //! - [`features`]: the [`Feature`]s of a planned statement, read from its analyzed plan.
 
 use std::any::Any;
@@ -64,6 +65,13 @@ pub enum Feature {
     /// `extract`/`date_part` of `dow`, `isodow`, `doy`, `week` or `isoyear` (PostgreSQL counts
     /// the week from Sunday = 0 and ISO weeks).
     WeekdayDatePart,
+    /// A float cast to a numeric (PostgreSQL keeps the float's 15 significant digits).
+    FloatToNumeric,
+    /// `timestamp - timestamp` (PostgreSQL: an interval of days and a time, `9 days 01:30:00`).
+    TimestampDifference,
+    /// `AT TIME ZONE` (PostgreSQL: a `timestamptz` becomes the zone's wall-clock `timestamp`,
+    /// a `timestamp` the `timestamptz` of that wall clock).
+    AtTimeZone,
 }
 
 impl Feature {
@@ -83,6 +91,9 @@ impl Feature {
             Self::DateDifference => "date - date",
             Self::FractionalDatePart => "extract of seconds or the epoch with their fraction",
             Self::WeekdayDatePart => "extract of the day of the week or year, or ISO weeks",
+            Self::AtTimeZone => "AT TIME ZONE",
+            Self::FloatToNumeric => "a float cast to numeric (PostgreSQL's 15 significant digits)",
+            Self::TimestampDifference => "timestamp - timestamp (an interval of days and time)",
         }
     }
 
@@ -144,6 +155,11 @@ impl AnalyzerRule for PgTextCasts {
             let schema = input_schema(&node);
             node.map_expressions(|expr| {
                 expr.transform_up(|e| {
+                    if let Some(rewritten) = crate::pg_float_numeric::float_comparison(&e, &schema)
+                        .or_else(|| crate::pg_float_numeric::float_to_numeric(&e, &schema))
+                    {
+                        return Ok(Transformed::yes(rewritten));
+                    }
                     if let Expr::ScalarFunction(f) = &e
                         && f.name() == "round"
                         && f.args.len() == 1
@@ -373,6 +389,15 @@ pub fn features(plan: &LogicalPlan) -> Features {
                     }
                     Expr::ScalarFunction(f) if f.name() == "initcap" => {
                         found.insert(Feature::Initcap);
+                    }
+                    Expr::ScalarFunction(f) if f.name() == crate::pg_float_numeric::NAME => {
+                        found.insert(Feature::FloatToNumeric);
+                    }
+                    Expr::ScalarFunction(f) if f.name() == crate::pg_zone::NAME => {
+                        found.insert(Feature::AtTimeZone);
+                    }
+                    Expr::ScalarFunction(f) if f.name() == crate::pg_temporal::JUSTIFY_HOURS => {
+                        found.insert(Feature::TimestampDifference);
                     }
                     Expr::ScalarFunction(f)
                         if let Some(field) = crate::pg_extract::call_field(f.name(), &f.args) =>

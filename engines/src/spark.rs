@@ -352,7 +352,8 @@ impl Engine for SparkEngine {
     }
 
     /// Measured against PostgreSQL (tests/conformance): Spark prints timestamptz without its
-    /// offset, floats and intervals its own way, and has its own decimal division scale.
+    /// offset, floats and intervals its own way (a timestamp difference too), and has its own
+    /// decimal division scale; it has no `AT TIME ZONE`.
     fn inexact(&self) -> &'static [Feature] {
         &[
             Feature::TemporalText,
@@ -366,6 +367,9 @@ impl Engine for SparkEngine {
             Feature::DateDifference,
             Feature::FractionalDatePart,
             Feature::WeekdayDatePart,
+            Feature::AtTimeZone,
+            Feature::FloatToNumeric,
+            Feature::TimestampDifference,
         ]
     }
 

@@ -118,7 +118,8 @@ impl Engine for TrinoEngine {
 
     /// Measured against PostgreSQL (tests/conformance): Trino prints timestamps, intervals and
     /// floats its own way (`2024-01-01 03:51:00.000000`, `7.57E1`), keeps the dividend's scale
-    /// in decimal division and average, and does not plan interval arithmetic on dates.
+    /// in decimal division and average, and does not plan interval arithmetic on dates; its
+    /// `AT TIME ZONE` keeps a timestamp with time zone.
     fn inexact(&self) -> &'static [Feature] {
         &[
             Feature::TemporalText,
@@ -131,6 +132,8 @@ impl Engine for TrinoEngine {
             Feature::Concat,
             Feature::FractionalDatePart,
             Feature::WeekdayDatePart,
+            Feature::AtTimeZone,
+            Feature::FloatToNumeric,
         ]
     }
 

@@ -1,16 +1,52 @@
 //! Parsing: SQL text → statements, PostgreSQL dialect, with the rewrites the tools' SQL needs
 //! before anything else sees it (`EXPLAIN ROUTE`, catalog type casts, recursive CTE column
-//! lists, and [`lakegate_sql::semantics`]: PostgreSQL's meaning kept on every engine). Statements nested past `limits.max_call_nesting` are refused before the parser runs
-//! (its time doubles with each level).
+//! lists, and [`lakegate_sql::semantics`]: PostgreSQL's meaning kept on every engine).
+//! Statements nested past `limits.max_call_nesting` are refused before the parser runs (its
+//! time doubles with each level).
+//!
+//! SQL that names the catalog (`pg_…`, `information_schema`) goes through
+//! `datafusion-pg-catalog`'s compatibility parser, whose rewrites let the emulated catalog
+//! plan what tools send (known tool queries replaced whole, `::regclass` as a subquery, a
+//! scalar subquery in a select list reduced to `LIMIT 1` or, when correlated, to NULL). Those
+//! last two change a query's answer, so every other statement is parsed as written and given
+//! only the rewrites that keep its meaning ([`lake_rules`]).
+
+use std::sync::Arc;
 
 use datafusion::sql::sqlparser::ast::{Expr, Statement};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use datafusion_pg_catalog::sql::rules::{self, SqlStatementRewriteRule};
 
 use crate::error::{Error, Result};
+
+/// The compatibility parser's rewrites that keep a statement's meaning (qualified wildcards
+/// beside their own columns, `pg_catalog.` qualifiers on functions and types, array literals,
+/// `current_user` as a function, `version()`'s column name), applied to lake statements;
+/// not `RemoveSubqueryFromProjection` (a correlated scalar subquery became NULL).
+fn lake_rules() -> Vec<Arc<dyn SqlStatementRewriteRule>> {
+    vec![
+        Arc::new(rules::AliasDuplicatedProjectionRewrite),
+        Arc::new(rules::ResolveUnqualifiedIdentifer),
+        Arc::new(rules::RewriteArrayAnyAllOperation),
+        Arc::new(rules::RemoveQualifier),
+        Arc::new(rules::FixArrayLiteral),
+        Arc::new(rules::CurrentUserVariableToSessionUserFunctionCall),
+        Arc::new(rules::FixCollate),
+        Arc::new(rules::FixVersionColumnName),
+    ]
+}
+
+/// Whether `sql` names the PostgreSQL catalog (its tables, schemas or `pg_` functions).
+fn names_catalog(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    lower.contains("pg_") || lower.contains("information_schema")
+}
 
 /// The gateway's parser.
 pub struct Parser {
     inner: PostgresCompatibilityParser,
+    /// See [`lake_rules`].
+    lake: Vec<Arc<dyn SqlStatementRewriteRule>>,
     max_call_nesting: usize,
 }
 
@@ -19,8 +55,28 @@ impl Parser {
     pub fn new(max_call_nesting: usize) -> Self {
         Self {
             inner: PostgresCompatibilityParser::new(),
+            lake: lake_rules(),
             max_call_nesting,
         }
+    }
+
+    /// `sql` as statements: as written (with [`lake_rules`]) unless it names the catalog or
+    /// only the compatibility parser reads it (`ABORT`).
+    fn statements(
+        &self,
+        sql: &str,
+    ) -> std::result::Result<Vec<Statement>, datafusion::sql::sqlparser::parser::ParserError> {
+        use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+        if !names_catalog(sql)
+            && let Ok(statements) =
+                datafusion::sql::sqlparser::parser::Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        {
+            return Ok(statements
+                .into_iter()
+                .map(|s| self.lake.iter().fold(s, |s, rule| rule.rewrite(s)))
+                .collect());
+        }
+        self.inner.parse(sql)
     }
 
     /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).
@@ -37,7 +93,7 @@ impl Parser {
             });
         }
         let sql = explain_route_syntax(sql);
-        let mut statements = self.inner.parse(&sql).map_err(|e| Error::Syntax {
+        let mut statements = self.statements(&sql).map_err(|e| Error::Syntax {
             message: syntax_message(&e.to_string()),
         })?;
         statements.iter_mut().for_each(rewrite_catalog_types);
@@ -175,6 +231,26 @@ mod tests {
     use super::*;
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
+
+    #[test]
+    fn a_lake_querys_scalar_subqueries_are_kept() {
+        let parser = super::Parser::new(64);
+        let sql = "SELECT c.id, (SELECT count(*) FROM orders o WHERE o.customer_id = c.id), \
+                   (SELECT max(amount) FROM orders) FROM customers c";
+        let parsed = parser.parse(sql).expect("parses").remove(0).to_string();
+        assert_eq!(
+            parsed,
+            "SELECT c.id, (SELECT count(*) FROM orders o WHERE o.customer_id = c.id), \
+             (SELECT max(amount) FROM orders) FROM customers c"
+        );
+        // Catalog SQL still gets the compatibility rewrites the emulated catalog needs.
+        let catalog = parser
+            .parse("SELECT relname FROM pg_class")
+            .expect("parses")
+            .remove(0)
+            .to_string();
+        assert_eq!(catalog, "SELECT relname FROM pg_catalog.pg_class");
+    }
 
     #[test]
     fn a_recursive_cte_column_list_names_the_static_term() {

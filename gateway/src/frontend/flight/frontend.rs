@@ -67,7 +67,9 @@ pub fn to_status(e: &Error) -> Status {
         ErrorKind::Syntax
         | ErrorKind::InvalidParameter
         | ErrorKind::DatatypeMismatch
-        | ErrorKind::DataException => Status::invalid_argument(message),
+        | ErrorKind::DataException
+        | ErrorKind::NumericOutOfRange
+        | ErrorKind::DivisionByZero => Status::invalid_argument(message),
         ErrorKind::UndefinedTable
         | ErrorKind::UndefinedColumn
         | ErrorKind::UndefinedObject

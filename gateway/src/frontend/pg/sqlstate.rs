@@ -14,6 +14,8 @@ pub(crate) fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::InvalidParameter => "22023",
         ErrorKind::DatatypeMismatch => "42804",
         ErrorKind::DataException => "22000",
+        ErrorKind::NumericOutOfRange => "22003",
+        ErrorKind::DivisionByZero => "22012",
         ErrorKind::Canceled => "57014",
         ErrorKind::UndefinedCursor => "34000",
         ErrorKind::UndefinedPreparedStatement => "26000",
