@@ -126,7 +126,14 @@ impl GatewayService {
                 }
                 // The planner accepted this statement, so another engine refusing it is a gap
                 // in that engine's SQL, not the client's mistake: let the next candidate try.
-                Err(e) if routed && !is_planner && more => {
+                // So is the planner failing to plan its own execution of a statement it
+                // described (DataFusion's decorrelation of two scalar subqueries).
+                Err(e)
+                    if routed
+                        && more
+                        && (!is_planner
+                            || matches!(e.kind(), ErrorKind::Syntax | ErrorKind::Unsupported)) =>
+                {
                     debug!(engine = %name, error = %e, "engine refused a planned statement: next candidate");
                     last.get_or_insert(e);
                 }
