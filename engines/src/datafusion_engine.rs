@@ -155,7 +155,7 @@ impl DataFusionEngine {
             state
                 .analyzer()
                 .execute_and_check(plan, state.config_options(), |_, _| {})?;
-        let schema = Arc::new(with_temporal_types(planned, analyzed.schema().as_arrow()));
+        let schema = Arc::new(described_types(planned, analyzed.schema().as_arrow()));
         Ok(Described {
             param_types,
             schema,
@@ -312,7 +312,7 @@ fn is_decimal(t: &DataType) -> bool {
 /// the types execution returns, and an integer column's analyzed float or decimal type (a
 /// branch's type before coercion). Other columns keep the planned type (the analyzed one of a
 /// decimal expression is not always what execution returns).
-fn with_temporal_types(planned: Schema, analyzed: &Schema) -> Schema {
+fn described_types(planned: Schema, analyzed: &Schema) -> Schema {
     let temporal = |t: &DataType| {
         matches!(
             t,

@@ -10,9 +10,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array};
+use arrow::array::{ArrayRef, AsArray, Decimal128Array};
 use arrow::datatypes::{DataType, Float64Type};
-use datafusion::common::{DFSchema, Result as DfResult, exec_err};
+use datafusion::common::{DFSchema, Result as DfResult};
 use datafusion::logical_expr::{
     BinaryExpr, Cast, ColumnarValue, Expr, ExprSchemable, Operator, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, Volatility,
@@ -139,13 +139,7 @@ impl ScalarUDFImpl for FloatNumeric {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let Some(value) = args.args.first() else {
-            return exec_err!("{NAME} takes one argument");
-        };
-        let scalar = matches!(value, ColumnarValue::Scalar(_));
-        let array = value
-            .clone()
-            .into_array(if scalar { 1 } else { args.number_rows })?;
+        let (array, scalar) = crate::semantics::argument_array(&args, 0)?;
         let floats = array.as_primitive::<Float64Type>();
         let mut out = Vec::with_capacity(floats.len());
         for v in floats.iter() {
@@ -166,7 +160,6 @@ impl ScalarUDFImpl for FloatNumeric {
         let decimals = Decimal128Array::from(out)
             .with_precision_and_scale(self.precision, self.scale as i8)?;
         let out: ArrayRef = Arc::new(decimals);
-        debug_assert_eq!(out.len(), array.len());
         crate::semantics::columnar(out, scalar)
     }
 }

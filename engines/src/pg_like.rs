@@ -116,11 +116,7 @@ impl ScalarUDFImpl for LikeEscape {
             (Some(c), None) => Some(c),
             _ => return exec_err!("invalid escape string: it must be empty or one character"),
         };
-        let Some(pattern) = args.args.first() else {
-            return exec_err!("{NAME} takes a pattern and an escape");
-        };
-        let scalar = matches!(pattern, ColumnarValue::Scalar(_));
-        let array = pattern.clone().into_array(args.number_rows)?;
+        let (array, scalar) = crate::semantics::argument_array(&args, 0)?;
         let array = cast(array.as_ref(), &DataType::Utf8)?;
         let Some(strings) = array.as_any().downcast_ref::<StringArray>() else {
             return exec_err!("{NAME}: the pattern is not text");

@@ -91,6 +91,45 @@ impl Numeric {
     }
 }
 
+fn ten(power: u32) -> BigInt {
+    BigInt::from(10).pow(power)
+}
+
+/// `q` (the truncated quotient of `numerator / denominator`, remainder `r`) rounded half away
+/// from zero.
+fn rounded_half_away(q: BigInt, r: &BigInt, denominator: &BigInt, negative: bool) -> BigInt {
+    if r.abs() * 2 >= denominator.abs() {
+        q + if negative { -1 } else { 1 }
+    } else {
+        q
+    }
+}
+
+impl Numeric {
+    /// The unscaled digits at `scale` decimals (at least this value's: digits are only added).
+    pub fn unscaled_at(&self, scale: u32) -> BigInt {
+        &self.unscaled * ten(scale.saturating_sub(self.scale))
+    }
+
+    /// PostgreSQL's `round(numeric, places)`: half away from zero, `places` decimals (none for
+    /// negative places, which round to tens, hundreds, ...).
+    pub fn round(&self, places: i64) -> Numeric {
+        let keep = places.max(0) as u32;
+        let drop = i64::from(self.scale) - places;
+        if drop <= 0 {
+            return Numeric::new(self.unscaled_at(keep), keep);
+        }
+        let unit = ten(drop as u32);
+        let (q, r) = self.unscaled.div_rem(&unit);
+        let q = rounded_half_away(q, &r, &unit, self.unscaled.is_negative());
+        if places < 0 {
+            Numeric::new(q * ten((-places) as u32), 0)
+        } else {
+            Numeric::new(q, keep)
+        }
+    }
+}
+
 /// The scale PostgreSQL gives `a / b`.
 pub fn division_scale(a: &Numeric, b: &Numeric) -> u32 {
     let (w1, d1) = a.weight_and_first_digit();
@@ -116,18 +155,14 @@ pub fn divide(a: &Numeric, b: &Numeric) -> Result<Numeric, DivisionByZero> {
     }
     let rscale = division_scale(a, b);
     // a/b × 10^rscale = ua × 10^(sb + rscale) / (ub × 10^sa)
-    let ten = BigInt::from(10);
-    let numerator = &a.unscaled * ten.pow(b.scale + rscale);
-    let denominator = &b.unscaled * ten.pow(a.scale);
+    let numerator = &a.unscaled * ten(b.scale + rscale);
+    let denominator = &b.unscaled * ten(a.scale);
     let (quotient, remainder) = numerator.div_rem(&denominator);
-    // Half away from zero: |2r| ≥ |d| rounds the magnitude up.
-    let twice = remainder.abs() * 2;
-    let mut q = quotient;
-    if twice >= denominator.abs() {
-        let negative = numerator.is_negative() != denominator.is_negative();
-        q += if negative { -1 } else { 1 };
-    }
-    Ok(Numeric::new(q, rscale))
+    let negative = numerator.is_negative() != denominator.is_negative();
+    Ok(Numeric::new(
+        rounded_half_away(quotient, &remainder, &denominator, negative),
+        rscale,
+    ))
 }
 
 #[cfg(test)]
@@ -165,6 +200,14 @@ mod tests {
         }
         assert_eq!(divide(&n("1"), &n("0.00")), Err(DivisionByZero));
         assert_eq!(div("0", "7"), "0.00000000000000000000");
+    }
+
+    #[test]
+    fn rounding_is_half_away_from_zero() {
+        assert_eq!(n("2.45").round(1).to_text(), "2.5");
+        assert_eq!(n("-2.45").round(1).to_text(), "-2.5");
+        assert_eq!(n("1234.5").round(-2).to_text(), "1200");
+        assert_eq!(n("3").round(2).to_text(), "3.00");
     }
 
     #[test]

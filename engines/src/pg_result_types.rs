@@ -10,46 +10,33 @@
 use std::collections::HashSet;
 
 use arrow::datatypes::DataType;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::common::{DFSchema, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr::{
     AggregateFunction, ScalarFunction, WindowFunction, WindowFunctionDefinition,
 };
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Cast, Expr, ExprSchemable, when};
 use datafusion::logical_expr::{LogicalPlan, TableType};
 
-/// `plan` with PostgreSQL's result types (see the module docs). Every node's schema is
-/// recomputed, since an input's column may have changed type; expressions keep their names.
+/// `plan` with PostgreSQL's result types (see the module docs), through
+/// [`rewrite_plan`](crate::semantics::rewrite_plan).
 ///
 /// # Errors
 /// A node whose schema cannot be recomputed.
 pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
     let bigints = table_bigints(&plan);
-    plan.transform_up_with_subqueries(|node| {
-        let schema = crate::semantics::input_schema(&node);
-        let names = NamePreserver::new(&node);
-        let node = node.map_expressions(|expr| {
-            let saved = names.save(&expr);
-            let out = expr.transform_up(|e| {
-                Ok(
-                    match integral(&e, &schema).or_else(|| bigint_sum(&e, &schema, &bigints)) {
-                        Some(rewritten) => Transformed::yes(rewritten),
-                        None => Transformed::no(e),
-                    },
-                )
-            })?;
-            Ok(out.update_data(|e| saved.restore(e)))
-        })?;
-        let changed = node.transformed;
-        let data = node.data.recompute_schema()?;
-        Ok(if changed {
-            Transformed::yes(data)
-        } else {
-            Transformed::no(data)
-        })
-    })
-    .map(|t| t.data)
+    crate::semantics::rewrite_plan(
+        plan,
+        |_| true,
+        |e, schema| {
+            Ok(
+                match integral(&e, schema).or_else(|| bigint_sum(&e, schema, &bigints)) {
+                    Some(rewritten) => Transformed::yes(rewritten),
+                    None => Transformed::no(e),
+                },
+            )
+        },
+    )
 }
 
 /// PostgreSQL's `numeric` for a sum of `bigint`s (as wide as an Arrow decimal goes).

@@ -19,10 +19,9 @@ use arrow::datatypes::{
     DataType, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit, TimeUnit,
 };
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result as DfResult, exec_err};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     BinaryExpr, Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator,
     ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -51,33 +50,17 @@ impl AnalyzerRule for PgTemporal {
             .unwrap_or_else(|| "UTC".to_string())
             .into();
         let justify = Arc::new(ScalarUDF::from(JustifyHours::default()));
-        plan.transform_up_with_subqueries(|node| {
-            // Only values a query returns: in a filter or a join the truth of a comparison is the
-            // same either way, and iceberg-rust cannot push a date compared with a timestamp.
-            if !matches!(
+        // Only values a query returns: in a filter or a join the truth of a comparison is the
+        // same either way, and iceberg-rust cannot push a date compared with a timestamp.
+        let returned = |node: &LogicalPlan| {
+            matches!(
                 node,
                 LogicalPlan::Projection(_) | LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)
-            ) {
-                return Ok(Transformed::no(node));
-            }
-            let schema = crate::semantics::input_schema(&node);
-            let names = NamePreserver::new(&node);
-            let node = node.map_expressions(|expr| {
-                let saved = names.save(&expr);
-                let out = expr.transform_up(|e| rewrite(e, &schema, &zone, &justify))?;
-                Ok(out.update_data(|e| saved.restore(e)))
-            })?;
-            // An input's column may have changed type (`date_trunc` under `GROUP BY 1`): every
-            // node's schema is recomputed.
-            let changed = node.transformed;
-            let data = node.data.recompute_schema()?;
-            Ok(if changed {
-                Transformed::yes(data)
-            } else {
-                Transformed::no(data)
-            })
+            )
+        };
+        crate::semantics::rewrite_plan(plan, returned, |e, schema| {
+            rewrite(e, schema, &zone, &justify)
         })
-        .map(|t| t.data)
     }
 }
 
@@ -208,11 +191,7 @@ impl ScalarUDFImpl for JustifyHours {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let Some(value) = args.args.first() else {
-            return exec_err!("lakegate_justify_hours takes one argument");
-        };
-        let scalar = matches!(value, ColumnarValue::Scalar(_));
-        let array = value.clone().into_array(args.number_rows)?;
+        let (array, scalar) = crate::semantics::argument_array(&args, 0)?;
         let intervals = match array.data_type() {
             DataType::Duration(_) => {
                 let nanos = cast(array.as_ref(), &DataType::Duration(TimeUnit::Nanosecond))?;

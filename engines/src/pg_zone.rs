@@ -17,7 +17,7 @@ use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeZone};
-use datafusion::common::{Result as DfResult, ScalarValue, exec_err, plan_err};
+use datafusion::common::{Result as DfResult, exec_err, plan_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -146,21 +146,16 @@ impl ScalarUDFImpl for AtTimeZone {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let [value, zone_arg] = args.args.as_slice() else {
+        let Some(zone_arg) = args.args.get(1) else {
             return exec_err!("{NAME} takes two arguments");
         };
         let Some(tz) = (match zone_arg {
-            ColumnarValue::Scalar(ScalarValue::Utf8(Some(z)))
-            | ColumnarValue::Scalar(ScalarValue::Utf8View(Some(z)))
-            | ColumnarValue::Scalar(ScalarValue::LargeUtf8(Some(z))) => zone(z),
-            _ => None,
+            ColumnarValue::Scalar(v) => v.try_as_str().flatten().and_then(zone),
+            ColumnarValue::Array(_) => None,
         }) else {
             return exec_err!("{NAME}: the zone must be a time zone database name");
         };
-        let scalar = matches!(value, ColumnarValue::Scalar(_));
-        let array = value
-            .clone()
-            .into_array(if scalar { 1 } else { args.number_rows })?;
+        let (array, scalar) = crate::semantics::argument_array(&args, 0)?;
         let aware = matches!(array.data_type(), DataType::Timestamp(_, Some(_)));
         let micros = cast(
             array.as_ref(),
@@ -184,7 +179,6 @@ impl ScalarUDFImpl for AtTimeZone {
         } else {
             Arc::new(converted.with_timezone(self.session.clone()))
         };
-        debug_assert_eq!(out.len(), micros.len());
         crate::semantics::columnar(out, scalar)
     }
 }

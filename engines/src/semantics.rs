@@ -20,6 +20,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, Result as DfResult};
 use datafusion::logical_expr::expr::{AggregateFunction, Cast, TryCast};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -120,6 +121,20 @@ fn is_text(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
 }
 
+/// Argument `index` of a function call as an array (one row when it was one value), and
+/// whether it was one value (for [`columnar`]).
+pub(crate) fn argument_array(
+    args: &ScalarFunctionArgs,
+    index: usize,
+) -> DfResult<(arrow::array::ArrayRef, bool)> {
+    let Some(value) = args.args.get(index) else {
+        return datafusion::common::exec_err!("missing argument {}", index + 1);
+    };
+    let scalar = matches!(value, ColumnarValue::Scalar(_));
+    let rows = if scalar { 1 } else { args.number_rows };
+    Ok((value.clone().into_array(rows)?, scalar))
+}
+
 /// A function's result: one value when every argument was one (`scalar`), else the array.
 pub(crate) fn columnar(out: arrow::array::ArrayRef, scalar: bool) -> DfResult<ColumnarValue> {
     Ok(if scalar && out.len() == 1 {
@@ -136,6 +151,38 @@ pub(crate) fn input_schema(plan: &LogicalPlan) -> DFSchema {
         schema.merge(input.schema());
     }
     schema
+}
+
+/// `plan` (subqueries included) with every expression of the nodes `chosen` picks rewritten
+/// bottom-up by `rewrite(e, node's input schema)`. A rewrite may change a type (`ceil` of a
+/// numeric, `date_trunc` of a date): each expression keeps its name, so the nodes above still
+/// find it, and every node's schema is recomputed.
+pub(crate) fn rewrite_plan(
+    plan: LogicalPlan,
+    chosen: impl Fn(&LogicalPlan) -> bool,
+    rewrite: impl Fn(Expr, &DFSchema) -> DfResult<Transformed<Expr>>,
+) -> DfResult<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        let node = if chosen(&node) {
+            let schema = input_schema(&node);
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|expr| {
+                let saved = names.save(&expr);
+                let out = expr.transform_up(|e| rewrite(e, &schema))?;
+                Ok(out.update_data(|e| saved.restore(e)))
+            })?
+        } else {
+            Transformed::no(node)
+        };
+        let changed = node.transformed;
+        let data = node.data.recompute_schema()?;
+        Ok(if changed {
+            Transformed::yes(data)
+        } else {
+            Transformed::no(data)
+        })
+    })
+    .map(|t| t.data)
 }
 
 /// Rewrites casts to text of the types PostgreSQL prints its own way (see the module docs).

@@ -38,8 +38,13 @@ fn lake_rules() -> Vec<Arc<dyn SqlStatementRewriteRule>> {
 
 /// Whether `sql` names the PostgreSQL catalog (its tables, schemas or `pg_` functions).
 fn names_catalog(sql: &str) -> bool {
-    let lower = sql.to_ascii_lowercase();
-    lower.contains("pg_") || lower.contains("information_schema")
+    // Per statement: compared in place, no lower-cased copy of the text.
+    let has = |needle: &[u8]| {
+        sql.as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    has(b"pg_") || has(b"information_schema")
 }
 
 /// The gateway's parser.

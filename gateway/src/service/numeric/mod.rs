@@ -323,7 +323,7 @@ impl NumericOutputs {
         let mut columns: Vec<ArrayRef> =
             batch.columns().iter().take(self.visible).cloned().collect();
         for c in &self.columns {
-            let leaves = c
+            let mut leaves = c
                 .leaves
                 .iter()
                 .map(|i| numerics(batch.column(*i)))
@@ -336,7 +336,8 @@ impl NumericOutputs {
             let text: StringArray = (0..batch.num_rows())
                 .map(|r| {
                     row.clear();
-                    row.extend(leaves.iter().map(|l| l[r].clone()));
+                    // Each value is read once: moved out, not copied.
+                    row.extend(leaves.iter_mut().map(|l| l[r].take()));
                     match c.term.eval(&row, &types) {
                         Ok(v) => Ok(v.map(|n| n.to_text())),
                         Err(e) => Err(lakegate_engines::Error::Value {
