@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what lakegate's tests and demo need, once; later runs reuse .cache/.
 #   - system packages (apt, when missing): PostgreSQL (server for the SQL-catalog tests, psql,
-#     pgbench), JDK 17, Maven, unzip, curl, openssl (the TLS test's CA), procps (pgrep),
+#     pgbench), pgbouncer (the connection-pool test), JDK 17, Maven, unzip, curl, openssl (the TLS test's CA), procps (pgrep),
 #     Chromium (the console test) and Node.js/npm
 #   - a Python venv with PyIceberg (independent writer/reader) and the client drivers (newest
 #     releases), and a small one beside it with the drivers' older line
-#   - the pgJDBC (newest and older line) and Arrow Flight SQL JDBC jars from Maven Central
+#   - the pgJDBC and HikariCP (newest and older line each) and Arrow Flight SQL JDBC jars from
+#     Maven Central
 #   - DuckDB itself (libduckdb.so, the official build, from npm's @duckdb/node-bindings-linux-x64:
 #     lakegate links it instead of compiling DuckDB's C++ — half an hour on 2 cores), DuckDB's
 #     iceberg and avro extensions (PyPI wheels) and playwright-core (npm)
@@ -25,6 +26,7 @@ command -v unzip >/dev/null || need_apt+=(unzip)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v openssl >/dev/null || need_apt+=(openssl)     # the TLS test makes its own CA
 command -v pgrep >/dev/null || need_apt+=(procps)        # the catalog-freeze test
+command -v pgbouncer >/dev/null || need_apt+=(pgbouncer) # the connection-pool test
 command -v chromium >/dev/null || need_apt+=(chromium)   # the console's browser test
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)          # libduckdb.so and playwright-core come from npm
@@ -67,6 +69,16 @@ for PGJDBC_VERSION in 42.7.14 42.7.4; do
     echo "setup: pgJDBC $PGJDBC_VERSION from Maven Central"
     mkdir -p "$JARS"
     mvn -q dependency:copy -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
+  fi
+done
+# HikariCP (the pool Metabase, DBeaver and most JVM apps use): newest and older line, with the
+# slf4j API it logs through.
+for ARTIFACT in com.zaxxer:HikariCP:7.1.0 com.zaxxer:HikariCP:6.3.3 org.slf4j:slf4j-api:2.0.17; do
+  IFS=: read -r _group name version <<<"$ARTIFACT"
+  if [ ! -f "$JARS/$name-$version.jar" ]; then
+    echo "setup: $name $version from Maven Central"
+    mkdir -p "$JARS"
+    mvn -q dependency:copy -Dartifact="$ARTIFACT" -DoutputDirectory="$JARS" >/dev/null
   fi
 done
 FLIGHT_JDBC_VERSION=18.3.0

@@ -18,6 +18,8 @@
 # Environment:
 #   TRINO_JAVA        java binary (default: /usr/lib/jvm/temurin-25-jdk-amd64/bin/java)
 #   TRINO_HEAP        max heap (default 1500m: a 2-core, shared test box)
+#   TRINO_QUERY_MEMORY a query's memory limit on the node (default 512MB; bench/tpch at SF 1
+#                     raises it with the heap)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -101,8 +103,8 @@ http-server.http.port=$port
 discovery.uri=http://127.0.0.1:$port
 catalog.config-dir=$dir/etc/catalog
 plugin.dir=$HOME_DIR/plugin
-query.max-memory=1GB
-query.max-memory-per-node=512MB
+query.max-memory=${TRINO_QUERY_MEMORY:-1GB}
+query.max-memory-per-node=${TRINO_QUERY_MEMORY:-512MB}
 EOF
   # The Iceberg connector on the JDBC catalog; the native local filesystem serves file:// (and
   # local://) locations, resolved under local.location.

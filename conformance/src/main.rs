@@ -16,7 +16,7 @@
 //!              [--report FILE] [--complete] FILE.slt...
 //! ```
 //! Exit status 1 when anything is wrong or failed; `--report` appends one JSON line per
-//! engine (counts and every refusal with its reason).
+//! engine (counts, every refusal with its reason, and each record's time in milliseconds).
 
 mod db;
 
@@ -96,6 +96,9 @@ struct Miss {
 struct Tally {
     matched: usize,
     misses: Vec<Miss>,
+    /// Each counted record's place and how long it took, in milliseconds (bench/tpch prints
+    /// them beside PostgreSQL's).
+    times: Vec<(String, f64)>,
 }
 
 impl Tally {
@@ -190,10 +193,14 @@ async fn run_file(
             _ => String::new(),
         };
         set_float_columns(&record);
+        let started = std::time::Instant::now();
         let result = runner.run_async(record).await;
         if !counted {
             continue;
         }
+        tally
+            .times
+            .push((loc.clone(), started.elapsed().as_secs_f64() * 1000.0));
         let miss = |outcome, sql: &str, detail: String| Miss {
             outcome,
             loc: loc.clone(),
@@ -206,6 +213,12 @@ async fn run_file(
                 TestErrorKind::QueryResultMismatch { sql, .. }
                 | TestErrorKind::QueryResultColumnsMismatch { sql, .. } => {
                     miss(Outcome::Wrong, &sql, e.display(false).to_string())
+                }
+                // An engine declining (0A000) a statement PostgreSQL fails is a refusal too.
+                TestErrorKind::ErrorMismatch { sql, err, .. }
+                    if refusal_allowed(engine) && err.to_string().starts_with("0A000") =>
+                {
+                    miss(Outcome::Refused, &sql, one_line(&err.to_string()))
                 }
                 TestErrorKind::Fail { sql, err, .. } if refusal_allowed(engine) => {
                     miss(Outcome::Refused, &sql, one_line(&err.to_string()))
@@ -254,16 +267,22 @@ fn report_line(engine: &str, t: &Tally) -> String {
             )
         })
         .collect();
+    let times: Vec<String> = t
+        .times
+        .iter()
+        .map(|(loc, ms)| format!("{{\"loc\":{},\"ms\":{ms:.1}}}", json_string(loc)))
+        .collect();
     format!(
         "{{\"engine\":{},\"records\":{},\"matched\":{},\"refused\":{},\"wrong\":{},\
-         \"failed\":{},\"misses\":[{}]}}",
+         \"failed\":{},\"misses\":[{}],\"times\":[{}]}}",
         json_string(engine),
         t.total(),
         t.matched,
         t.count(Outcome::Refused),
         t.count(Outcome::Wrong),
         t.count(Outcome::Failed),
-        misses.join(",")
+        misses.join(","),
+        times.join(",")
     )
 }
 

@@ -114,6 +114,10 @@ impl DataFusionEngine {
         ctx.add_analyzer_rule(Arc::new(crate::pg_temporal::PgTemporal));
         ctx.add_analyzer_rule(Arc::new(crate::semantics::PgTextCasts));
         ctx.register_udwf(crate::pg_window::ntile());
+        for udf in crate::pg_functions::udfs() {
+            ctx.register_udf(udf);
+        }
+        ctx.register_udaf(crate::pg_functions::percentile_disc());
         // PostgreSQL's `variance` is the sample variance (DataFusion's `var`).
         ctx.register_udaf(
             datafusion::functions_aggregate::variance::var_samp_udaf()

@@ -151,6 +151,7 @@ impl Engine for DuckDbEngine {
             Feature::NumericAverage,
             Feature::FractionalDatePart,
             Feature::FloatToNumeric,
+            Feature::EmbeddedFunction,
         ]
     }
 

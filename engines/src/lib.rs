@@ -43,6 +43,7 @@ pub mod lake;
 pub mod pg_attribute;
 pub mod pg_extract;
 pub mod pg_float_numeric;
+pub mod pg_functions;
 pub mod pg_like;
 pub mod pg_numeric;
 pub mod pg_result_types;

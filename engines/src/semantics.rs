@@ -73,6 +73,9 @@ pub enum Feature {
     /// `AT TIME ZONE` (PostgreSQL: a `timestamptz` becomes the zone's wall-clock `timestamp`,
     /// a `timestamp` the `timestamptz` of that wall clock).
     AtTimeZone,
+    /// A function computed by the embedded engine with PostgreSQL's definition
+    /// ([`pg_functions`](crate::pg_functions)): `age`, `percentile_disc`, `sign` of a float.
+    EmbeddedFunction,
 }
 
 impl Feature {
@@ -95,6 +98,9 @@ impl Feature {
             Self::AtTimeZone => "AT TIME ZONE",
             Self::FloatToNumeric => "a float cast to numeric (PostgreSQL's 15 significant digits)",
             Self::TimestampDifference => "timestamp - timestamp (an interval of days and time)",
+            Self::EmbeddedFunction => {
+                "age, percentile_disc or sign of a float (PostgreSQL's definitions)"
+            }
         }
     }
 
@@ -111,6 +117,15 @@ impl Feature {
             DataType::Boolean => Some(Self::BooleanText),
             _ => None,
         }
+    }
+}
+
+/// `e` without the casts type coercion put over it (`sign(qty)` of an integer is
+/// `sign(CAST(qty AS DOUBLE))`).
+fn uncast(e: &Expr) -> &Expr {
+    match e {
+        Expr::Cast(Cast { expr, .. }) => uncast(expr),
+        e => e,
     }
 }
 
@@ -436,6 +451,19 @@ pub fn features(plan: &LogicalPlan) -> Features {
                     }
                     Expr::ScalarFunction(f) if f.name() == "initcap" => {
                         found.insert(Feature::Initcap);
+                    }
+                    Expr::ScalarFunction(f)
+                        if crate::pg_functions::embedded_only(
+                            f.name(),
+                            f.args.first().map(uncast).and_then(|a| a.get_type(&schema).ok()).as_ref(),
+                        ) =>
+                    {
+                        found.insert(Feature::EmbeddedFunction);
+                    }
+                    Expr::AggregateFunction(AggregateFunction { func, .. })
+                        if crate::pg_functions::embedded_only(func.name(), None) =>
+                    {
+                        found.insert(Feature::EmbeddedFunction);
                     }
                     Expr::ScalarFunction(f) if f.name() == crate::pg_float_numeric::NAME => {
                         found.insert(Feature::FloatToNumeric);

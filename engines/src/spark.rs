@@ -370,6 +370,7 @@ impl Engine for SparkEngine {
             Feature::AtTimeZone,
             Feature::FloatToNumeric,
             Feature::TimestampDifference,
+            Feature::EmbeddedFunction,
         ]
     }
 

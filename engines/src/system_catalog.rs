@@ -35,6 +35,22 @@ pub fn set_server_version(version: &str) {
     }
 }
 
+static SERVER_LOCALE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+
+/// Reports `lc_collate` and `lc_ctype` from now on: the catalog mirror database's (what
+/// PostgreSQL itself says for it). The first call wins.
+pub fn set_server_locale(collate: &str, ctype: &str) {
+    let _ = SERVER_LOCALE.set((collate.to_string(), ctype.to_string()));
+}
+
+/// (`lc_collate`, `lc_ctype`): `C` (byte order, as every engine compares text) until the
+/// mirror's are known.
+pub fn server_locale() -> (&'static str, &'static str) {
+    SERVER_LOCALE
+        .get()
+        .map_or(("C", "C"), |(a, b)| (a.as_str(), b.as_str()))
+}
+
 /// `server_version`: `16.6`, or the catalog mirror's.
 pub fn server_version() -> &'static str {
     SERVER_VERSION

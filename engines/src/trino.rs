@@ -134,6 +134,7 @@ impl Engine for TrinoEngine {
             Feature::WeekdayDatePart,
             Feature::AtTimeZone,
             Feature::FloatToNumeric,
+            Feature::EmbeddedFunction,
         ]
     }
 

@@ -86,6 +86,7 @@ const PARAMS: &[Param] = &[
     ro("is_superuser", "off"),
     ro("max_identifier_length", "63"),
     ro("block_size", "8192"),
+    // Both filled by `Session::new` from the catalog mirror's database.
     ro("lc_collate", "C"),
     ro("lc_ctype", "C"),
 ];
@@ -151,6 +152,9 @@ impl Session {
             "server_version_num".into(),
             lakegate_engines::system_catalog::server_version_num(),
         );
+        let (collate, ctype) = lakegate_engines::system_catalog::server_locale();
+        defaults.insert("lc_collate".into(), collate.into());
+        defaults.insert("lc_ctype".into(), ctype.into());
         Self {
             user: user.to_string(),
             database: "lakegate".to_string(),

@@ -5,6 +5,7 @@
 //! (`semantics`), and a bound on call nesting checked before parsing. Pure functions over the sqlparser AST: no engine, no catalog, no I/O, so the
 //! `classifier` fuzz target builds it alone.
 
+mod any_all;
 pub mod classify;
 pub mod mask;
 pub mod nesting;

@@ -9,6 +9,8 @@
 //!   function).
 //! - Time literals PostgreSQL accepts and engines may not are written out whole:
 //!   `TIMESTAMP '2024-03-01 10:00'` (no seconds) becomes `TIMESTAMP '2024-03-01 10:00:00'`.
+//! - `x op ANY/ALL (literal array)` is written out as `OR`/`AND` of comparisons
+//!   ([`crate::any_all`]).
 
 use std::ops::ControlFlow;
 
@@ -61,6 +63,7 @@ pub fn rewrite(statement: &mut Statement) {
                     v.value = Value::SingleQuotedString(whole);
                 }
             }
+            Expr::AnyOp { .. } | Expr::AllOp { .. } => crate::any_all::expand(expr),
             _ => {}
         }
         ControlFlow::<()>::Continue(())

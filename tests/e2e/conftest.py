@@ -69,18 +69,26 @@ PGJDBC_LINES = ["postgresql-42.7.14.jar", "postgresql-42.7.4.jar"]
 
 
 def run_java(tmp_path: Path, jar_glob: str, class_name: str, source: str, args: list[str],
-             jvm_flags: list[str] | None = None) -> dict:
+             jvm_flags: list[str] | None = None, extra_jars: list[str] | None = None) -> dict:
     """Compiles and runs a small JDBC program against a driver jar from .cache/jars (the newest
-    version matching `jar_glob`); returns the `key=value` lines it prints."""
+    version matching `jar_glob`, and `extra_jars` by name); returns the `key=value` lines it
+    prints."""
     jars = Path(os.environ.get("LAKEGATE_JARS", ROOT / ".cache" / "jars"))
     jar = max(jars.glob(jar_glob), key=jar_version, default=None)
     if jar is None:
         pytest.fail(f"{jar_glob} missing: run scripts/setup.sh")
+    path = [str(jar)]
+    for name in extra_jars or []:
+        if not (jars / name).is_file():
+            pytest.fail(f"{name} missing: run scripts/setup.sh")
+        path.append(str(jars / name))
+    classpath = ":".join(path)
     src = tmp_path / f"{class_name}.java"
     src.write_text(source)
-    subprocess.run(["javac", "-d", str(tmp_path), str(src)], check=True, timeout=120)
+    subprocess.run(["javac", "-cp", classpath, "-d", str(tmp_path), str(src)], check=True,
+                   timeout=120)
     out = subprocess.run(
-        ["java", *(jvm_flags or []), "-cp", f"{tmp_path}:{jar}", class_name, *args],
+        ["java", *(jvm_flags or []), "-cp", f"{tmp_path}:{classpath}", class_name, *args],
         capture_output=True, text=True, timeout=180,
     )
     assert out.returncode == 0, out.stderr[-3000:]

@@ -68,6 +68,34 @@ REPLAYS = {
         "SELECT typ.typname, typ.typtype, typ.typcategory, elemtyp.typname AS elemtypname "
         "FROM pg_type AS typ LEFT JOIN pg_type AS elemtyp ON elemtyp.oid = typ.typelem "
         "WHERE typ.typname IN ('int8', 'numeric', '_text', 'timestamptz', 'bool') ORDER BY 1"),
+    # Power BI (Npgsql): navigation, then "Select related tables" (its foreign-key query).
+    "power bi tables": (
+        "select TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE from INFORMATION_SCHEMA.tables "
+        "where TABLE_SCHEMA = 'conf' order by TABLE_SCHEMA, TABLE_NAME"),
+    "power bi character sets": "select character_set_name from INFORMATION_SCHEMA.character_sets",
+    "power bi foreign keys": (
+        "select pkcol.TABLE_SCHEMA AS PK_TABLE_SCHEMA, pkcol.TABLE_NAME AS PK_TABLE_NAME, "
+        "pkcol.COLUMN_NAME as PK_COLUMN_NAME, fkcol.COLUMN_NAME as FK_COLUMN_NAME, "
+        "fkcol.ORDINAL_POSITION as ORDINAL, fkcon.CONSTRAINT_SCHEMA || '_' || 'sales' || '_' || "
+        "pkcol.TABLE_NAME || '_' || fkcon.CONSTRAINT_NAME as FK_NAME "
+        "from (select distinct constraint_catalog, constraint_schema, unique_constraint_schema, "
+        "constraint_name, unique_constraint_name from INFORMATION_SCHEMA.REFERENTIAL_CONSTRAINTS) "
+        "fkcon inner join INFORMATION_SCHEMA.KEY_COLUMN_USAGE fkcol "
+        "on fkcon.CONSTRAINT_SCHEMA = fkcol.CONSTRAINT_SCHEMA "
+        "and fkcon.CONSTRAINT_NAME = fkcol.CONSTRAINT_NAME "
+        "inner join INFORMATION_SCHEMA.KEY_COLUMN_USAGE pkcol "
+        "on fkcon.UNIQUE_CONSTRAINT_SCHEMA = pkcol.CONSTRAINT_SCHEMA "
+        "and fkcon.UNIQUE_CONSTRAINT_NAME = pkcol.CONSTRAINT_NAME "
+        "where fkcol.TABLE_SCHEMA = 'conf' and fkcol.TABLE_NAME = 'sales' "
+        "and pkcol.ORDINAL_POSITION = fkcol.ORDINAL_POSITION "
+        "order by FK_NAME, fkcol.ORDINAL_POSITION"),
+    # Tableau through psqlODBC: its session checks and SQLTables.
+    "tableau lc_collate": 'show "lc_collate"',
+    "psqlodbc large object type": "select oid, typbasetype from pg_type where typname = 'lo'",
+    "psqlodbc tables": (
+        "select relname, nspname, relkind from pg_catalog.pg_class c, pg_catalog.pg_namespace n "
+        "where relkind in ('r', 'v', 'm', 'f', 'p') and nspname = 'conf' "
+        "and n.oid = relnamespace order by nspname, relname"),
     "reg casts": "SELECT 'conf.sales'::regclass::text, 'int8'::regtype, to_regclass('conf.nope')",
     "correlated subquery": (
         "SELECT c.relname, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
@@ -95,6 +123,127 @@ def test_catalog_replays_get_postgresqls_answer(engine_estate, lakegate_url, nam
     assert rows_and_types(lakegate_url, sql) == want
     assert rows_and_types(lakegate_url, sql, binary=True) == rows_and_types(
         engine_estate.oracle, sql, binary=True)
+
+
+# Npgsql's type loading, one simple-protocol batch (PostgresDatabaseInfo.GenerateLoadTypesQuery,
+# with ranges and multiranges, table composites not loaded): what Power BI sends on connecting.
+NPGSQL_TYPES = """SELECT version();
+SELECT ns.nspname, t.oid, t.typname, t.typtype, t.typnotnull, t.elemtypoid
+FROM (
+    SELECT typ.oid, typ.typnamespace, typ.typname, typ.typtype, typ.typrelid, typ.typnotnull,
+        typ.relkind, elemtyp.oid AS elemtypoid, elemtyp.typname AS elemtypname,
+        elemcls.relkind AS elemrelkind,
+        CASE WHEN elemproc.proname='array_recv' THEN 'a' ELSE elemtyp.typtype END AS elemtyptype
+    FROM (
+        SELECT typ.oid, typnamespace, typname, typrelid, typnotnull, relkind, typelem AS elemoid,
+            CASE WHEN proc.proname='array_recv' THEN 'a' ELSE typ.typtype END AS typtype,
+            CASE
+                WHEN proc.proname='array_recv' THEN typ.typelem
+                WHEN typ.typtype='r' THEN rngsubtype
+                WHEN typ.typtype='m' THEN (SELECT rngtypid FROM pg_range WHERE rngmultitypid = typ.oid)
+                WHEN typ.typtype='d' THEN typ.typbasetype
+            END AS elemtypoid
+        FROM pg_type AS typ
+        LEFT JOIN pg_class AS cls ON (cls.oid = typ.typrelid)
+        LEFT JOIN pg_proc AS proc ON proc.oid = typ.typreceive
+        LEFT JOIN pg_range ON (pg_range.rngtypid = typ.oid)
+    ) AS typ
+    LEFT JOIN pg_type AS elemtyp ON elemtyp.oid = elemtypoid
+    LEFT JOIN pg_class AS elemcls ON (elemcls.oid = elemtyp.typrelid)
+    LEFT JOIN pg_proc AS elemproc ON elemproc.oid = elemtyp.typreceive
+) AS t
+JOIN pg_namespace AS ns ON (ns.oid = typnamespace)
+WHERE
+    typtype IN ('b', 'r', 'm', 'e', 'd') OR -- Base, range, multirange, enum, domain
+    (typtype = 'c' AND relkind='c') OR
+    (typtype = 'p' AND typname IN ('record', 'void')) OR
+    (typtype = 'a' AND (
+        elemtyptype IN ('b', 'r', 'm', 'e', 'd') OR
+        (elemtyptype = 'p' AND elemtypname IN ('record', 'void')) OR
+        (elemtyptype = 'c' AND elemrelkind='c')
+    ))
+ORDER BY CASE
+       WHEN typtype IN ('b', 'e', 'p') THEN 0
+       WHEN typtype = 'r' THEN 1
+       WHEN typtype = 'm' THEN 2
+       WHEN typtype = 'c' THEN 3
+       WHEN typtype = 'd' AND elemtyptype <> 'a' THEN 4
+       WHEN typtype = 'a' THEN 5
+       WHEN typtype = 'd' AND elemtyptype = 'a' THEN 6
+END;
+-- Load field definitions for (free-standing) composite types
+SELECT typ.oid, att.attname, att.atttypid
+FROM pg_type AS typ
+JOIN pg_namespace AS ns ON (ns.oid = typ.typnamespace)
+JOIN pg_class AS cls ON (cls.oid = typ.typrelid)
+JOIN pg_attribute AS att ON (att.attrelid = typ.typrelid)
+WHERE
+  (typ.typtype = 'c' AND cls.relkind='c') AND
+  attnum > 0 AND     -- Don't load system attributes
+  NOT attisdropped
+ORDER BY typ.oid, att.attnum;
+-- Load enum fields
+SELECT pg_type.oid, enumlabel
+FROM pg_enum
+JOIN pg_type ON pg_type.oid=enumtypid
+ORDER BY oid, enumsortorder;
+"""
+
+
+def version_prefix(rows):
+    """`PostgreSQL 15.18`: lakegate names itself after the version (see
+    test_the_version_reported_is_the_catalogs)."""
+    return tuple(" ".join(v.split()[:2]) for v in rows[0])
+
+
+def result_sets(url: str, batch: str):
+    """Every result of a simple-protocol batch: its columns and its rows (sorted: within one
+    ORDER BY group the order is the heap's)."""
+    out = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(batch)
+        while True:
+            columns = [(d.name, d.type_code) for d in cur.description]
+            rows = cur.fetchall()
+            if columns == [("version", 25)]:
+                rows = [version_prefix(rows)]
+            out.append((columns, sorted(rows, key=repr)))
+            if not cur.nextset():
+                return out
+
+
+def test_npgsql_type_loading_batch_is_postgresqls(engine_estate, lakegate_url):
+    got = result_sets(lakegate_url, NPGSQL_TYPES)
+    assert len(got) == 4 and len(got[1][1]) > 100, got[:2]
+    assert got == result_sets(engine_estate.oracle, NPGSQL_TYPES)
+
+
+def tableau_session(url: str):
+    """What Tableau sends through psqlODBC (UseDeclareFetch, Fetch=2048) to draw a bar chart:
+    session settings, then the chart's query through a cursor WITH HOLD in a transaction."""
+    seen = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for sql in ["set DateStyle to 'ISO'", "set extra_float_digits to 2",
+                    "show transaction_isolation", "select version()"]:
+            cur = conn.execute(sql)
+            rows = cur.fetchall() if cur.description else cur.statusmessage
+            seen.append(version_prefix(rows) if sql == "select version()" else rows)
+        conn.execute("BEGIN")
+        conn.execute(
+            'declare "SQL_CUR0x7f01" cursor with hold for SELECT "sales"."region" AS "region", '
+            'SUM("sales"."qty") AS "sum:qty:ok", COUNT(1) AS "cnt:sales:ok" '
+            'FROM "conf"."sales" "sales" GROUP BY 1')
+        rows = conn.execute('fetch 2048 in "SQL_CUR0x7f01"').fetchall()
+        seen.append(sorted(rows, key=repr))
+        conn.execute('close "SQL_CUR0x7f01"')
+        conn.execute("COMMIT")
+    return seen
+
+
+def test_a_tableau_odbc_session_is_postgresqls(engine_estate, lakegate_url):
+    got = tableau_session(lakegate_url)
+    assert len(got[-1]) == 6, got  # five regions and NULL
+    assert got == tableau_session(engine_estate.oracle)
 
 
 def test_parameters_pass_through_in_both_formats(engine_estate, lakegate_url):

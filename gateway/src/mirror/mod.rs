@@ -185,6 +185,7 @@ impl CatalogMirror {
         }
         let server_version = conn.server_version.clone();
         lakegate_engines::system_catalog::set_server_version(&server_version);
+        report_locale(&mut conn).await;
         let main = Arc::new(MirrorDb::new(
             endpoint,
             Some(conn),
@@ -256,6 +257,38 @@ async fn create_database(admin: &Endpoint, database: &str) -> Result<()> {
     conn.simple(&format!("CREATE DATABASE {}", ident(database)))
         .await
 }
+/// Reports the mirror database's collation and character type as `lc_collate`/`lc_ctype`
+/// (kept at `C` when they cannot be read).
+async fn report_locale(conn: &mut Connection) {
+    let bound = wire::Bound {
+        types: &[],
+        formats: &[],
+        values: &[],
+        result_formats: &[],
+    };
+    let answer = conn
+        .execute(
+            "SELECT datcollate::text, datctype::text FROM pg_catalog.pg_database \
+             WHERE datname = pg_catalog.current_database()",
+            &bound,
+            1 << 16,
+        )
+        .await;
+    match answer
+        .as_ref()
+        .map(|a| a.rows.first().map(wire::RawRow::text_fields))
+    {
+        Ok(Some(fields)) if fields.len() == 2 => {
+            if let [Some(collate), Some(ctype)] = fields.as_slice() {
+                lakegate_engines::system_catalog::set_server_locale(collate, ctype);
+            }
+        }
+        other => {
+            warn!(answer = ?other.err(), "the catalog mirror's locale is unknown: lc_collate stays C")
+        }
+    }
+}
+
 /// Makes sure the configured database is empty or already a mirror, and marks it as one.
 async fn claim(conn: &mut Connection, database: &str) -> Result<()> {
     let check = format!(

@@ -22,12 +22,14 @@ use crate::error::{Error, Result};
 /// The compatibility parser's rewrites that keep a statement's meaning (qualified wildcards
 /// beside their own columns, `pg_catalog.` qualifiers on functions and types, array literals,
 /// `current_user` as a function, `version()`'s column name), applied to lake statements;
-/// not `RemoveSubqueryFromProjection` (a correlated scalar subquery became NULL).
+/// not `RemoveSubqueryFromProjection` (a correlated scalar subquery became NULL) nor
+/// `RewriteArrayAnyAllOperation` (`x <> ALL(array)` became `NOT array_contains`, true where
+/// PostgreSQL answers NULL for an array holding a NULL; `lakegate_sql::semantics` writes
+/// literal arrays out exactly instead).
 fn lake_rules() -> Vec<Arc<dyn SqlStatementRewriteRule>> {
     vec![
         Arc::new(rules::AliasDuplicatedProjectionRewrite),
         Arc::new(rules::ResolveUnqualifiedIdentifer),
-        Arc::new(rules::RewriteArrayAnyAllOperation),
         Arc::new(rules::RemoveQualifier),
         Arc::new(rules::FixArrayLiteral),
         Arc::new(rules::CurrentUserVariableToSessionUserFunctionCall),
@@ -106,6 +108,7 @@ impl Parser {
             .iter_mut()
             .for_each(lakegate_sql::semantics::rewrite);
         statements.iter_mut().for_each(rename_recursive_cte_columns);
+        statements.iter_mut().for_each(name_scalar_function_columns);
         Ok(statements)
     }
 }
@@ -128,8 +131,12 @@ pub fn explain_route_target(statement: &Statement) -> Option<&Statement> {
 }
 
 /// `WITH RECURSIVE t(a, b) AS (static UNION ALL recursive)`: DataFusion ignores the column list,
-/// so the static term is wrapped as `SELECT * FROM (static) AS t(a, b)`, which names its columns
-/// (asyncpg's type introspection relies on this).
+/// so the static term is wrapped as `SELECT * FROM (static) AS __lakegate_static(a, b)`, which
+/// names its columns (asyncpg's type introspection relies on this). Every recursive CTE's static
+/// term is wrapped so: DataFusion 53 pushes an outer query's projection into a recursive query
+/// whose terms hold no other subquery alias, dropping a column the recursive term reads
+/// (`WITH RECURSIVE f AS (SELECT 0 AS a, 1 AS b UNION ALL SELECT b, a + b FROM f …) SELECT a
+/// FROM f` failed with "project index 1 out of bounds"); the alias keeps it from doing so.
 fn rename_recursive_cte_columns(statement: &mut Statement) {
     use datafusion::sql::sqlparser::ast::{SetExpr, TableFactor};
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -144,9 +151,6 @@ fn rename_recursive_cte_columns(statement: &mut Statement) {
         return;
     }
     for cte in &mut with.cte_tables {
-        if cte.alias.columns.is_empty() {
-            continue;
-        }
         let SetExpr::SetOperation { left, .. } = cte.query.body.as_mut() else {
             continue;
         };
@@ -171,9 +175,41 @@ fn rename_recursive_cte_columns(statement: &mut Statement) {
             continue;
         };
         subquery.body = left.clone();
-        *alias = Some(cte.alias.clone());
+        let mut static_alias = cte.alias.clone();
+        static_alias.name = datafusion::sql::sqlparser::ast::Ident::new("__lakegate_static");
+        *alias = Some(static_alias);
         *left = wrapper.body;
     }
+}
+
+/// `FROM generate_series(1, 10) AS g` (and `unnest(…) AS u`): a function returning a scalar
+/// names its one column after the table alias in PostgreSQL (`sum(g)`); DataFusion names it
+/// `value`, so the alias gets that column name written out (`AS g(g)`).
+fn name_scalar_function_columns(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+    struct Namer;
+    impl VisitorMut for Namer {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+            if let TableFactor::Table {
+                name,
+                args: Some(args),
+                alias: Some(alias),
+                ..
+            } = factor
+                && alias.columns.is_empty()
+                && name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| {
+                    i.value.eq_ignore_ascii_case("generate_series")
+                        || (i.value.eq_ignore_ascii_case("unnest") && args.args.len() == 1)
+                })
+            {
+                alias.columns = vec![TableAliasColumnDef::from_name(alias.name.value.clone())];
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Namer);
 }
 
 /// PostgreSQL's catalog types (`oid`, `regtype`, `name`, ...) in casts become the types the
@@ -269,7 +305,7 @@ mod tests {
         rename_recursive_cte_columns(&mut s);
         assert_eq!(
             s.to_string(),
-            "WITH RECURSIVE t (n, s) AS (SELECT * FROM (SELECT 1, 'a''b') t (n, s) \
+            "WITH RECURSIVE t (n, s) AS (SELECT * FROM (SELECT 1, 'a''b') __lakegate_static (n, s) \
              UNION ALL SELECT n + 1, s FROM t WHERE n < 3) SELECT * FROM t"
         );
     }

@@ -9,7 +9,9 @@
 //! hidden columns, and the answer's column is computed from them exactly, whichever engine
 //! ran the statement. The engine's own value still orders and groups. The column then carries
 //! PostgreSQL's text, marked numeric ([`PG_NUMERIC`]) so pgwire describes it as `numeric`.
-//! Arithmetic inside an aggregate (`sum(coalesce(price, 0))`) is the engine's.
+//! A `sum` (or `avg`) of such a `CASE` has the largest scale among the values summed
+//! (`sum(coalesce(price, 0))` is `0` for a group without prices); other arithmetic inside an
+//! aggregate is the engine's.
 
 mod terms;
 
@@ -573,5 +575,58 @@ mod tests {
             ("t1_1", DataType::Decimal128(3, 2)),
         ]);
         assert!(NumericOutputs::decide(&c, &same, 2).is_none());
+    }
+    #[test]
+    fn a_sum_of_arms_has_the_largest_scale_summed() {
+        let s = parse("SELECT region, sum(coalesce(price, 0)) FROM t GROUP BY region");
+        let c = candidates(&s);
+        let rewritten = with_operands(&s, &c).to_string();
+        assert!(
+            rewritten.contains(
+                r#"count(CASE WHEN (CASE WHEN price IS NOT NULL THEN 0 ELSE 1 END) = 0 THEN coalesce(price, 0) END) AS "__lakegate_l1_1""#
+            ),
+            "{rewritten}"
+        );
+        assert!(
+            rewritten.contains(r#"min(price) AS "__lakegate_t1_0""#),
+            "{rewritten}"
+        );
+        let described = schema(&[
+            ("region", DataType::Utf8),
+            ("sum", DataType::Decimal128(22, 2)),
+            ("l1_0", DataType::Decimal128(22, 2)),
+            ("l1_1", DataType::Int64),
+            ("l1_2", DataType::Int64),
+            ("t1_0", DataType::Decimal128(10, 2)),
+            ("t1_1", DataType::Int64),
+        ]);
+        let outputs = NumericOutputs::decide(&c, &described, 2).expect("mixed scales");
+        let executed = schema(&[
+            ("region", DataType::Utf8),
+            ("sum", DataType::Decimal128(22, 2)),
+            ("l1_0", DataType::Decimal128(22, 2)),
+            ("l1_1", DataType::Int64),
+            ("l1_2", DataType::Int64),
+        ]);
+        let batch = RecordBatch::try_new(
+            executed.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+                decimals(vec![None, None, None], 22, 2),
+                decimals(vec![Some(1250), Some(0), None], 22, 2),
+                // Prices counted; zeros the `0` arm gave.
+                Arc::new(Int64Array::from(vec![2, 0, 0])),
+                Arc::new(Int64Array::from(vec![1, 3, 0])),
+            ],
+        )
+        .expect("batch");
+        let out = outputs
+            .batch(&batch, &outputs.describe(&executed))
+            .expect("applied");
+        let text = out.column(1).as_string::<i32>();
+        assert_eq!(
+            (text.value(0), text.value(1), text.is_null(2)),
+            ("12.50", "0", true)
+        );
     }
 }

@@ -55,6 +55,15 @@ pub(crate) enum Term {
         indicator: usize,
         arms: Vec<usize>,
     },
+    /// `sum` of a `CASE` or `coalesce` whose arms have their own scales: PostgreSQL's sum has
+    /// the largest scale among the values summed (`sum(coalesce(price, 0))` of a group whose
+    /// prices are all NULL is `0`). The value is leaf `value`; leaf `counts[j]` counts the
+    /// non-NULL values arm `j` gave; arm `j`'s type is typing column `arms[j]` (`min` of it).
+    SummedBranches {
+        value: usize,
+        counts: Vec<usize>,
+        arms: Vec<usize>,
+    },
 }
 
 /// What an output column computes, and the SQL of what the engine must select for it.
@@ -297,7 +306,7 @@ fn build(program: &mut Program, e: &Expr) -> Term {
         }
         _ => {
             if let Some((sum, count)) = super::average_parts(e) {
-                let s = leaf(program, sum);
+                let s = build(program, &sum);
                 let c = leaf(program, count);
                 return Term::Binary(Op::Average, Box::new(s), Box::new(c));
             }
@@ -338,6 +347,43 @@ fn build(program: &mut Program, e: &Expr) -> Term {
             {
                 return Term::Round(Box::new(build(program, &args[0])), places);
             }
+            if let Some([x]) = function_args(e, &["sum"]).as_deref()
+                && let Some((arms, indicator)) = branches(unnested(x))
+                && !arms.iter().any(divides)
+            {
+                let call =
+                    |name: &str, arg: Expr| lakegate_sql::semantics::function_call(name, vec![arg]);
+                let value = leaf_index(program, e.clone());
+                let counts = (0..arms.len())
+                    .map(|j| {
+                        let from_arm = Expr::Case {
+                            case_token: AttachedToken::empty(),
+                            end_token: AttachedToken::empty(),
+                            operand: None,
+                            conditions: vec![CaseWhen {
+                                condition: Expr::BinaryOp {
+                                    left: Box::new(Expr::Nested(Box::new(indicator.clone()))),
+                                    op: BinaryOperator::Eq,
+                                    right: Box::new(number(j)),
+                                },
+                                result: x.clone(),
+                            }],
+                            else_result: None,
+                        };
+                        leaf_index(program, call("count", from_arm))
+                    })
+                    .collect();
+                let first = program.arms.len();
+                // Typed in the aggregate's own context: `min(arm)` has the arm's type.
+                program
+                    .arms
+                    .extend(arms.into_iter().map(|a| call("min", a)));
+                return Term::SummedBranches {
+                    value,
+                    counts,
+                    arms: (first..program.arms.len()).collect(),
+                };
+            }
             if let Some((arms, indicator)) = branches(e)
                 && !arms.iter().any(divides)
             {
@@ -364,6 +410,7 @@ impl Term {
             Self::Neg(t) | Self::Round(t, _) => t.computes(),
             Self::Binary(Op::Div | Op::Average, _, _)
             | Self::Branches { .. }
+            | Self::SummedBranches { .. }
             | Self::Variance { .. } => true,
             Self::Binary(_, l, r) => l.computes() || r.computes(),
         }
@@ -424,7 +471,7 @@ impl Term {
                     Kind::Numeric
                 }
             }
-            Self::Branches { arms, .. } => {
+            Self::Branches { arms, .. } | Self::SummedBranches { arms, .. } => {
                 if arms
                     .iter()
                     .all(|a| types.arms.get(*a).is_some_and(|k| k.0 == Kind::Integer))
@@ -449,7 +496,7 @@ impl Term {
                     || l.matters(types)
                     || r.matters(types)
             }
-            Self::Branches { arms, .. } => {
+            Self::Branches { arms, .. } | Self::SummedBranches { arms, .. } => {
                 let scales: Vec<u32> = arms
                     .iter()
                     .filter_map(|a| types.arms.get(*a).map(|k| k.1))
@@ -568,20 +615,43 @@ impl Term {
                     .and_then(|k| arms.get(k))
                     .and_then(|a| types.arms.get(*a))
                     .map(|k| k.1);
-                match scale {
-                    Some(s) if s < v.scale => {
-                        let unit = ten(v.scale - s);
-                        let (q, r) = v.unscaled.div_rem(&unit);
-                        if r.is_zero() {
-                            Some(Numeric::new(q, s))
-                        } else {
-                            Some(v)
-                        }
-                    }
-                    _ => Some(v),
-                }
+                Some(at_scale(v, scale))
+            }
+            Self::SummedBranches {
+                value,
+                counts,
+                arms,
+            } => {
+                let Some(v) = leaves.get(*value).cloned().flatten() else {
+                    return Ok(None);
+                };
+                let scale = counts
+                    .iter()
+                    .zip(arms)
+                    .filter(|(count, _)| {
+                        leaves
+                            .get(**count)
+                            .cloned()
+                            .flatten()
+                            .is_some_and(|n| n.unscaled.is_positive())
+                    })
+                    .filter_map(|(_, a)| types.arms.get(*a).map(|k| k.1))
+                    .max();
+                Some(at_scale(v, scale))
             }
         })
+    }
+}
+
+/// `v` with `scale` decimals when that drops only zeros (the engine's value has the widest
+/// arm's scale); `v` itself otherwise.
+fn at_scale(v: Numeric, scale: Option<u32>) -> Numeric {
+    match scale {
+        Some(s) if s < v.scale => {
+            let (q, r) = v.unscaled.div_rem(&ten(v.scale - s));
+            if r.is_zero() { Numeric::new(q, s) } else { v }
+        }
+        _ => v,
     }
 }
 
