@@ -174,6 +174,21 @@ fn rename_recursive_cte_columns(statement: &mut Statement) {
         else {
             continue;
         };
+        // `SELECT 1, 1` has two columns of one name for DataFusion: the CTE's names go on the
+        // static term's unnamed items too.
+        if let SetExpr::Select(inner) = left.as_mut()
+            && inner.projection.len() == cte.alias.columns.len()
+        {
+            use datafusion::sql::sqlparser::ast::SelectItem;
+            for (item, column) in inner.projection.iter_mut().zip(&cte.alias.columns) {
+                if let SelectItem::UnnamedExpr(e) = item {
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e.clone(),
+                        alias: column.name.clone(),
+                    };
+                }
+            }
+        }
         subquery.body = left.clone();
         let mut static_alias = cte.alias.clone();
         static_alias.name = datafusion::sql::sqlparser::ast::Ident::new("__lakegate_static");
@@ -305,7 +320,7 @@ mod tests {
         rename_recursive_cte_columns(&mut s);
         assert_eq!(
             s.to_string(),
-            "WITH RECURSIVE t (n, s) AS (SELECT * FROM (SELECT 1, 'a''b') __lakegate_static (n, s) \
+            "WITH RECURSIVE t (n, s) AS (SELECT * FROM (SELECT 1 AS n, 'a''b' AS s) __lakegate_static (n, s) \
              UNION ALL SELECT n + 1, s FROM t WHERE n < 3) SELECT * FROM t"
         );
     }
