@@ -9,7 +9,7 @@
 #     Maven Central
 #   - DuckDB itself (libduckdb.so, the official build, from npm's @duckdb/node-bindings-linux-x64:
 #     lakegate links it instead of compiling DuckDB's C++ — half an hour on 2 cores), DuckDB's
-#     iceberg and avro extensions (PyPI wheels) and playwright-core (npm)
+#     iceberg, avro and httpfs extensions (PyPI wheels) and playwright-core (npm)
 # Trino 476 and Spark 4.1 download on their first start (scripts/trino-server.sh,
 # scripts/spark-connect.sh); scripts/fuzz.sh installs the nightly toolchain and cargo-fuzz.
 set -euo pipefail
@@ -91,11 +91,13 @@ fi
 # PyPI's duckdb-extension-* wheels carry the binaries; lakegate loads them offline.
 DUCKDB_VERSION=1.5.5
 DUCK_DIR="$CACHE/duckdb/v$DUCKDB_VERSION"
-if [ ! -f "$DUCK_DIR/iceberg.duckdb_extension" ] || [ ! -f "$DUCK_DIR/avro.duckdb_extension" ]; then
-  echo "setup: DuckDB $DUCKDB_VERSION iceberg + avro extensions from PyPI"
+if [ ! -f "$DUCK_DIR/iceberg.duckdb_extension" ] || [ ! -f "$DUCK_DIR/avro.duckdb_extension" ] \
+   || [ ! -f "$DUCK_DIR/httpfs.duckdb_extension" ]; then
+  echo "setup: DuckDB $DUCKDB_VERSION iceberg + avro + httpfs extensions from PyPI"
   mkdir -p "$DUCK_DIR" "$CACHE/duckdb/wheels"
   "$VENV/bin/pip" download -q --no-deps -d "$CACHE/duckdb/wheels" \
-    "duckdb-extension-iceberg==$DUCKDB_VERSION" "duckdb-extension-avro==$DUCKDB_VERSION"
+    "duckdb-extension-iceberg==$DUCKDB_VERSION" "duckdb-extension-avro==$DUCKDB_VERSION" \
+    "duckdb-extension-httpfs==$DUCKDB_VERSION"
   "$VENV/bin/python" - "$CACHE/duckdb/wheels" "$DUCK_DIR" <<'PY'
 import pathlib, sys, zipfile
 wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])

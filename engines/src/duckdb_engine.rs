@@ -1,8 +1,10 @@
 //! Embedded DuckDB (bundled 1.5.5) reading the lake through DuckDB's own Iceberg extension:
 //! `iceberg_scan('<metadata.json>', snapshot_from_id => <pinned id>)`, which applies position
 //! and equality deletes itself. The extension binaries come from PyPI's
-//! `duckdb-extension-{avro,iceberg}` 1.5.5 wheels (`scripts/setup.sh` unpacks them) and are
-//! loaded offline; nothing is downloaded at run time.
+//! `duckdb-extension-{avro,iceberg,httpfs}` 1.5.5 wheels (`scripts/setup.sh` unpacks them) and
+//! are loaded offline; nothing is downloaded at run time. A lake on S3 is read through httpfs
+//! with one secret made from the lake's `[storage]` settings (endpoint, region, path style,
+//! credentials).
 //!
 //! The bundled DuckDB has no ICU, so it computes in UTC; answers are instants and the frontends
 //! render them in the session's time zone.
@@ -40,6 +42,9 @@ pub struct DuckDbOptions {
     pub threads: usize,
     /// Memory DuckDB may use, e.g. `2GB`.
     pub memory_limit: String,
+    /// The object store the lake lives on (already completed from the environment), if any:
+    /// httpfs is loaded and given these settings as its S3 secret.
+    pub storage: Option<crate::lake::StorageConfig>,
 }
 
 /// The embedded DuckDB engine.
@@ -93,6 +98,22 @@ impl DuckDbEngine {
             ))
             .map_err(|e| unavailable(format!("loading {}: {e}", path.display())))?;
         }
+        if let Some(storage) = &options.storage {
+            let path = extension_path(&options.extension_dir, "httpfs");
+            if !path.is_file() {
+                return Err(unavailable(format!(
+                    "extension {} not found: it reads a lake on S3 (scripts/setup.sh installs it)",
+                    path.display()
+                )));
+            }
+            conn.execute_batch(&format!(
+                "LOAD '{}'",
+                path.display().to_string().replace('\'', "''")
+            ))
+            .map_err(|e| unavailable(format!("loading {}: {e}", path.display())))?;
+            conn.execute_batch(&s3_secret(storage))
+                .map_err(|e| unavailable(format!("making its S3 secret: {e}")))?;
+        }
         // The official build has ICU, whose time zone is the machine's: compute in UTC, as the
         // bundled build (without ICU) did, whatever the host's zone.
         conn.execute_batch("SET GLOBAL TimeZone = 'UTC'")
@@ -113,6 +134,44 @@ impl DuckDbEngine {
             .try_clone()
             .map_err(|e| duck_error(&e))
     }
+}
+
+/// `CREATE SECRET` for httpfs from the lake's storage settings.
+fn s3_secret(storage: &crate::lake::StorageConfig) -> String {
+    let quote = |v: &str| format!("'{}'", v.replace('\'', "''"));
+    let mut parts = vec![
+        "TYPE s3".to_string(),
+        format!("REGION {}", quote(storage.region())),
+        format!(
+            "URL_STYLE {}",
+            quote(if storage.path_style() {
+                "path"
+            } else {
+                "vhost"
+            })
+        ),
+    ];
+    if let Some(endpoint) = &storage.endpoint {
+        // DuckDB takes the host (and port) and whether to use TLS separately.
+        let (tls, host) = match endpoint.split_once("://") {
+            Some((scheme, rest)) => (!scheme.eq_ignore_ascii_case("http"), rest),
+            None => (true, endpoint.as_str()),
+        };
+        parts.push(format!("ENDPOINT {}", quote(host.trim_end_matches('/'))));
+        parts.push(format!("USE_SSL {tls}"));
+    }
+    match (&storage.access_key_id, &storage.secret_access_key) {
+        (Some(key), Some(secret)) => {
+            parts.push(format!("KEY_ID {}", quote(key)));
+            parts.push(format!("SECRET {}", quote(secret)));
+            if let Some(token) = &storage.session_token {
+                parts.push(format!("SESSION_TOKEN {}", quote(token)));
+            }
+        }
+        // No static keys: DuckDB's own AWS credential chain.
+        _ => parts.push("PROVIDER credential_chain".to_string()),
+    }
+    format!("CREATE SECRET lakegate_s3 ({})", parts.join(", "))
 }
 
 /// Where a DuckDB extension binary lives under `dir`.

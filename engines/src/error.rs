@@ -133,6 +133,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The object store or file system holding the lake failed a request.
+    #[error("storage at {location}: {reason}")]
+    Storage {
+        /// What was asked for.
+        location: String,
+        /// The store's answer.
+        reason: String,
+    },
     /// A broken invariant inside lakegate.
     #[error("internal error: {0}")]
     Internal(String),
@@ -179,7 +187,7 @@ impl Error {
             Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::Canceled | Self::TimedOut => ErrorKind::Canceled,
             Self::Engine { kind, .. } | Self::Value { kind, .. } => *kind,
-            Self::EngineUnavailable { .. } => ErrorKind::Unavailable,
+            Self::EngineUnavailable { .. } | Self::Storage { .. } => ErrorKind::Unavailable,
             Self::Internal(_) => ErrorKind::Internal,
         }
     }

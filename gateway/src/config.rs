@@ -17,6 +17,9 @@ use crate::error::{Error, Result};
 pub struct Config {
     /// The Iceberg catalog lakegate reads.
     pub catalog: CatalogConfig,
+    /// How to reach the object store holding the lake (endpoint, region, credentials; unset:
+    /// the AWS environment variables).
+    pub storage: lakegate_engines::lake::StorageConfig,
     /// The Postgres wire protocol endpoint.
     pub pg: PgConfig,
     /// The Arrow Flight SQL endpoint.
@@ -507,6 +510,7 @@ impl Config {
             name: self.catalog.name.clone(),
             warehouse: self.catalog.warehouse.clone(),
             props: self.catalog.props.clone(),
+            storage: self.storage.clone(),
         }
     }
 }

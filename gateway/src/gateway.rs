@@ -144,6 +144,9 @@ async fn build_engines(config: &Config, planner: Arc<DataFusionEngine>) -> Resul
                 extension_dir: duck_dir.clone(),
                 threads: config.duckdb.threads,
                 memory_limit: config.duckdb.memory_limit.clone(),
+                storage: (lakegate_engines::lake::scheme_of(&config.catalog.warehouse)
+                    != lakegate_engines::lake::Scheme::Local)
+                    .then(|| config.storage.with_environment()),
             };
             match tokio::task::spawn_blocking(move || DuckDbEngine::try_new(&options))
                 .await

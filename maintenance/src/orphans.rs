@@ -1,13 +1,14 @@
 //! Orphan-file removal: files under a table's location that no metadata references (left by
 //! failed or abandoned writes) and that are older than a threshold — so a file a writer has
 //! written but not yet committed is never touched. Files are listed *before* the metadata is
-//! read, so anything committed meanwhile counts as referenced. Local warehouses only (the
-//! iceberg crate's FileIO cannot list).
+//! read, so anything committed meanwhile counts as referenced. Local and S3 warehouses (listed
+//! by [`lakegate_engines::lake::objects`]: FileIO cannot list; deletes go through the table's
+//! FileIO).
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
 
 use iceberg::TableIdent;
+use lakegate_engines::lake::objects::{self, canonical};
 
 use crate::commit::Committer;
 use crate::error::{Error, Result};
@@ -26,39 +27,11 @@ pub struct Orphans {
     pub bytes: u64,
 }
 
-fn local_path(location: &str) -> Option<PathBuf> {
-    if let Some(rest) = location.strip_prefix("file://") {
-        return Some(PathBuf::from(rest));
-    }
-    location.starts_with('/').then(|| PathBuf::from(location))
-}
-
-fn walk(dir: &Path, out: &mut Vec<(PathBuf, std::time::SystemTime, u64)>) -> Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(Error::Io {
-                path: dir.display().to_string(),
-                source,
-            });
-        }
-    };
-    for entry in entries.flatten() {
-        let Ok(meta) = entry.metadata() else { continue };
-        if meta.is_dir() {
-            walk(&entry.path(), out)?;
-        } else if let Ok(modified) = meta.modified() {
-            out.push((entry.path(), modified, meta.len()));
-        }
-    }
-    Ok(())
-}
-
 /// Deletes `ident`'s orphan files older than `min_age`.
 ///
 /// # Errors
-/// [`Error::Unsupported`] for non-local storage; listing, catalog and metadata errors.
+/// [`Error::Unsupported`] for stores other than local and S3; listing, catalog and metadata
+/// errors.
 pub async fn run(
     committer: &Committer,
     cache: &ManifestCache,
@@ -67,30 +40,18 @@ pub async fn run(
 ) -> Result<Orphans> {
     let table = committer.load(ident).await?;
     let location = table.metadata().location().to_string();
-    let root = local_path(&location).ok_or_else(|| {
-        Error::Unsupported(format!(
-            "orphan removal lists local warehouses only, not {location}"
-        ))
-    })?;
-    let mut files = Vec::new();
-    {
-        let root = root.clone();
-        let listed = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            walk(&root, &mut out).map(|()| out)
-        })
+    let files = objects::list(&location, &committer.lake().config().storage)
         .await
-        .map_err(|e| Error::Invariant(e.to_string()))??;
-        files.extend(listed);
-    }
+        .map_err(|e| match e {
+            lakegate_engines::Error::Unsupported { what } => Error::Unsupported(what),
+            e => Error::Lake(e),
+        })?;
     // Metadata read after listing: files committed meanwhile are referenced.
     let table = committer.load(ident).await?;
     let metadata = table.metadata();
-    let mut referenced: HashSet<PathBuf> = HashSet::new();
+    let mut referenced: HashSet<String> = HashSet::new();
     let mut add = |p: &str| {
-        if let Some(p) = local_path(p) {
-            referenced.insert(p);
-        }
+        referenced.insert(canonical(p));
     };
     if let Some(m) = table.metadata_location() {
         add(m);
@@ -123,23 +84,35 @@ pub async fn run(
         scanned: files.len(),
         ..Default::default()
     };
-    for (path, modified, len) in files {
-        if referenced.contains(&path) || path.file_name().is_some_and(|n| n == "version-hint.text")
-        {
+    for file in files {
+        if referenced.contains(&file.location) || file.location.ends_with("/version-hint.text") {
             continue;
         }
-        let age = now.duration_since(modified).unwrap_or_default();
+        // A store that gives no time keeps the file: it may be a write in progress.
+        let age = file.modified.map_or(std::time::Duration::ZERO, |m| {
+            now.duration_since(m).unwrap_or_default()
+        });
         if age < min_age {
             out.young += 1;
             continue;
         }
-        match tokio::fs::remove_file(&path).await {
+        let deleted = match lakegate_engines::lake::scheme_of(&file.location) {
+            lakegate_engines::lake::Scheme::Local => tokio::fs::remove_file(&file.location)
+                .await
+                .map_err(|e| e.to_string()),
+            _ => table
+                .file_io()
+                .delete(&file.location)
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        match deleted {
             Ok(()) => {
                 out.deleted += 1;
-                out.bytes += len;
+                out.bytes += file.size;
             }
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "could not delete an orphan")
+                tracing::warn!(path = %file.location, error = %e, "could not delete an orphan")
             }
         }
     }

@@ -6,6 +6,8 @@
 //! unchanged table costs no metadata read.
 
 pub mod estimate;
+pub mod objects;
+pub mod storage;
 mod tokens;
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
 use iceberg::arrow::schema_to_arrow_schema;
-use iceberg::io::LocalFsStorageFactory;
+use iceberg::io::{LocalFsStorageFactory, StorageFactory};
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
 use iceberg_catalog_rest::{
@@ -23,9 +25,11 @@ use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE,
     SqlCatalogBuilder,
 };
+use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use tracing::debug;
 
 use crate::error::{Error, Result};
+pub use storage::{Scheme, StorageConfig, scheme_of};
 use tokens::TokenSource;
 
 /// Where the lake's catalog and warehouse are.
@@ -39,6 +43,8 @@ pub struct LakeConfig {
     pub warehouse: String,
     /// Extra catalog properties passed through to iceberg-rust.
     pub props: BTreeMap<String, String>,
+    /// How to reach the object store (`[storage]`).
+    pub storage: StorageConfig,
 }
 
 /// The kind of catalog a URI points at.
@@ -207,6 +213,18 @@ impl Lake {
             catalog: config.name.clone(),
             source: Box::new(source),
         };
+        // An object-store lake (or a REST catalog's, wherever its tables are) reads through
+        // opendal's resolving storage with the `[storage]` credentials; a local one as before.
+        let remote = scheme_of(&config.warehouse) != Scheme::Local
+            || (kind == CatalogKind::Rest && config.warehouse.trim().is_empty());
+        let factory: Arc<dyn StorageFactory> = if remote {
+            for (k, v) in config.storage.with_environment().iceberg_props() {
+                props.entry(k).or_insert(v);
+            }
+            Arc::new(OpenDalResolvingStorageFactory::new())
+        } else {
+            Arc::new(LocalFsStorageFactory)
+        };
         let catalog: Arc<dyn Catalog> = match kind {
             CatalogKind::Sqlite | CatalogKind::Postgres => {
                 props.insert(SQL_CATALOG_PROP_URI.into(), config.uri.clone());
@@ -218,7 +236,7 @@ impl Lake {
                 };
                 props.insert(SQL_CATALOG_PROP_BIND_STYLE.into(), style.into());
                 let catalog = SqlCatalogBuilder::default()
-                    .with_storage_factory(Arc::new(LocalFsStorageFactory))
+                    .with_storage_factory(factory)
                     .load(config.name.clone(), props)
                     .await
                     .map_err(unavailable)?;
@@ -230,7 +248,7 @@ impl Lake {
                     props.insert(REST_CATALOG_PROP_WAREHOUSE.into(), config.warehouse.clone());
                 }
                 let catalog = RestCatalogBuilder::default()
-                    .with_storage_factory(Arc::new(LocalFsStorageFactory))
+                    .with_storage_factory(factory)
                     .load(config.name.clone(), props)
                     .await
                     .map_err(unavailable)?;
@@ -482,6 +500,7 @@ mod tests {
             name: "lake".into(),
             warehouse: "file:///tmp/w".into(),
             props: BTreeMap::new(),
+            storage: StorageConfig::default(),
         }
     }
 

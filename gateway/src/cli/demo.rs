@@ -108,6 +108,7 @@ pub fn lake_config(dir: &Path) -> LakeConfig {
         name: "lake".into(),
         warehouse: format!("file://{}", dir.join("warehouse").display()),
         props: Default::default(),
+        storage: Default::default(),
     }
 }
 
