@@ -37,9 +37,14 @@ pub fn apply(statement: &mut Statement) -> Option<Vec<String>> {
         match item {
             SelectItem::ExprWithAlias { alias, .. } => names.push(normalize(alias)),
             SelectItem::UnnamedExpr(expr) => match expr {
-                Expr::Identifier(i) => names.push(normalize(i)),
-                Expr::CompoundIdentifier(parts) => {
-                    names.push(parts.last().map(normalize).unwrap_or_default())
+                // A column named once keeps its own name; named again (`SELECT id, id`), it
+                // gets an internal alias like any expression.
+                Expr::Identifier(_) | Expr::CompoundIdentifier(_)
+                    if !names.contains(&pg_name(expr)) =>
+                {
+                    let name = pg_name(expr);
+                    used.push(name.clone());
+                    names.push(name);
                 }
                 _ => {
                     let name = pg_name(expr);
@@ -187,6 +192,19 @@ mod tests {
         assert!(
             sql.contains("AS \"count\"") && sql.contains("AS \"count_1\""),
             "{sql}"
+        );
+        // A column selected twice: the second gets the internal alias, both are named `id`.
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, "SELECT id, t.id, id + 1 FROM t")
+            .expect("valid")
+            .remove(0);
+        let got = apply(&mut s);
+        assert_eq!(
+            got,
+            Some(vec!["id".to_string(), "id".into(), "?column?".into()])
+        );
+        assert_eq!(
+            s.to_string(),
+            "SELECT id, t.id AS \"id_1\", id + 1 AS \"?column?\" FROM t"
         );
     }
 }
