@@ -86,7 +86,8 @@ enum Command {
     /// Hash a password for `[[auth.users]] password = "…"`: reads it from the first line of
     /// standard input (e.g. `read -rs P && echo "$P" | lakegate hash-password`).
     HashPassword,
-    /// Create a small demo lakehouse (SQLite catalog + local warehouse) and serve it.
+    /// Create a small demo lakehouse (SQLite catalog + local warehouse, or `--warehouse
+    /// s3://bucket/path` with the AWS environment variables) and serve it.
     Demo {
         /// Directory for the demo's catalog and warehouse.
         #[arg(long, default_value = "demo-data")]
@@ -296,10 +297,12 @@ async fn run() -> anyhow::Result<()> {
             flags,
         } => {
             let history = dir.join("history.jsonl");
+            let mut overrides = flags.overrides();
             let lake = demo::create(&demo::DemoOptions {
                 dir,
                 order_commits,
                 rows_per_commit: 200,
+                warehouse: overrides.warehouse.clone(),
             })
             .await
             .context("creating the demo estate")?;
@@ -310,7 +313,6 @@ async fn run() -> anyhow::Result<()> {
                 );
                 return Ok(());
             }
-            let mut overrides = flags.overrides();
             overrides.catalog_uri.get_or_insert(lake.uri);
             overrides.warehouse.get_or_insert(lake.warehouse);
             overrides.catalog_name.get_or_insert(lake.name);

@@ -164,3 +164,33 @@ log_path = "{tmp_path}/ops.jsonl"
         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
+
+
+def test_the_demo_is_pointed_at_s3_with_one_flag(s3_lake, tmp_path):
+    """`lakegate demo --warehouse s3://…` writes the demo's tables to the object store (AWS_*
+    variables only) and serves them from there."""
+    from conftest import lakegate_bin
+    env = dict(os.environ, **KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
+    out = subprocess.run(
+        [lakegate_bin(), "demo", "--dir", str(tmp_path / "demo"), "--warehouse",
+         "s3://lake/demo", "--order-commits", "3", "--no-serve"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "--warehouse s3://lake/demo" in out.stdout
+    saved = {k: os.environ.get(k) for k in [*KEYS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
+    try:
+        gw = start_gateway(["--catalog-uri", f"sqlite://{tmp_path}/demo/catalog.db",
+                            "--catalog-name", "lake", "--warehouse", "s3://lake/demo"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        assert answer(gw, "SELECT count(*) FROM orders", "datafusion") == [(600,)]
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)
+    assert not (tmp_path / "demo" / "warehouse").exists(), "nothing written locally"

@@ -99,14 +99,20 @@ pub struct DemoOptions {
     pub order_commits: usize,
     /// Rows per `orders` commit.
     pub rows_per_commit: usize,
+    /// Where the tables' files go instead of `dir/warehouse` (`s3://bucket/demo`: the storage
+    /// settings come from the AWS environment variables).
+    pub warehouse: Option<String>,
 }
 
-/// The catalog settings of a demo directory.
-pub fn lake_config(dir: &Path) -> LakeConfig {
+/// The catalog settings of a demo directory (its files under `warehouse` when given).
+pub fn lake_config(dir: &Path, warehouse: Option<&str>) -> LakeConfig {
     LakeConfig {
         uri: format!("sqlite://{}?mode=rwc", dir.join("catalog.db").display()),
         name: "lake".into(),
-        warehouse: format!("file://{}", dir.join("warehouse").display()),
+        warehouse: warehouse.map_or_else(
+            || format!("file://{}", dir.join("warehouse").display()),
+            str::to_string,
+        ),
         props: Default::default(),
         storage: Default::default(),
     }
@@ -129,11 +135,17 @@ pub async fn create(options: &DemoOptions) -> Result<LakeConfig> {
         setting: "demo --dir".into(),
         reason: e.to_string(),
     })?;
-    std::fs::create_dir_all(dir.join("warehouse")).map_err(|e| Error::Config {
+    let local = options.warehouse.is_none();
+    std::fs::create_dir_all(if local {
+        dir.join("warehouse")
+    } else {
+        dir.clone()
+    })
+    .map_err(|e| Error::Config {
         setting: "demo --dir".into(),
         reason: format!("cannot create {}: {e}", dir.display()),
     })?;
-    let config = lake_config(&dir);
+    let config = lake_config(&dir, options.warehouse.as_deref());
     let lake = Lake::connect(config.clone()).await?;
     let catalog = lake.catalog().clone();
     let ns = NamespaceIdent::new("public".into());
