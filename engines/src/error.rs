@@ -42,6 +42,8 @@ pub enum ErrorKind {
     CantChangeSetting,
     /// A catalog, storage or engine that is needed cannot be reached.
     Unavailable,
+    /// A file the table's metadata references is gone (SQLSTATE 58P01).
+    UndefinedFile,
     /// A routing group's slots and queue are full (SQLSTATE 53300).
     TooManyQueries,
     /// The user may not read what the statement reads (SQLSTATE 42501).
@@ -206,6 +208,9 @@ fn iceberg_kind(e: &iceberg::Error) -> ErrorKind {
 /// Classifies a DataFusion error by its root cause.
 pub fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
     use datafusion::common::SchemaError;
+    if missing_file(&e.to_string()).is_some() {
+        return ErrorKind::UndefinedFile;
+    }
     match e.find_root() {
         DataFusionError::SQL(..) => ErrorKind::Syntax,
         DataFusionError::SchemaError(e, _) if matches!(**e, SchemaError::FieldNotFound { .. }) => {
@@ -262,6 +267,12 @@ fn plan_kind(msg: &str) -> ErrorKind {
 /// DataFusion's messages carry prefixes ("Error during planning: ") and backtrace-like context;
 /// clients get the root message.
 fn datafusion_message(e: &DataFusionError) -> String {
+    if let Some(path) = missing_file(&e.to_string()) {
+        return format!(
+            "could not open file \"{path}\": it does not exist (removed outside the table's \
+             writers? restore it, or roll the table back to a snapshot that does not read it)"
+        );
+    }
     let root = e.find_root();
     let msg = match root {
         DataFusionError::SQL(p, _) => p.to_string(),
@@ -276,9 +287,33 @@ fn datafusion_message(e: &DataFusionError) -> String {
     msg.trim().to_string()
 }
 
+/// The file a storage error says does not exist (opendal's `NotFound` on a read, with the
+/// object's `path:` in its context), if it is one.
+fn missing_file(message: &str) -> Option<String> {
+    if !message.contains("NotFound") {
+        return None;
+    }
+    let path = message.split("path: ").nth(1)?;
+    let path = path
+        .split([',', ' ', '}'])
+        .next()
+        .filter(|p| !p.is_empty())?;
+    Some(path.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_object_is_named() {
+        let opendal = "Unexpected => Failed to load Parquet metadata, source: External: \
+            Unexpected => Failure in doing io operation, source: NotFound (persistent) at read, \
+            context: { uri: http://127.0.0.1:1/lake/w/t/data/a.parquet, response: Parts { \
+            status: 404 }, service: s3, path: w/t/data/a.parquet, range: 0-3233 } => S3Error";
+        assert_eq!(missing_file(opendal).as_deref(), Some("w/t/data/a.parquet"));
+        assert_eq!(missing_file("Execution error: Divide by zero"), None);
+    }
 
     #[test]
     fn plan_messages_map_to_kinds() {

@@ -194,3 +194,18 @@ def test_the_demo_is_pointed_at_s3_with_one_flag(s3_lake, tmp_path):
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
     assert not (tmp_path / "demo" / "warehouse").exists(), "nothing written locally"
+
+
+def test_a_data_file_deleted_out_of_band_is_named_in_the_error(s3_lake, s3_gateway):
+    """58P01 (undefined_file) naming the missing object, and the session goes on."""
+    table = s3_lake["table"].refresh()
+    path = table.inspect.files().column("file_path")[0].as_py()
+    table.io.delete(path)
+    with psycopg.connect(f"postgresql://tester@127.0.0.1:{s3_gateway.port}/lakegate",
+                         autocommit=True, options="-c lakegate.engine=datafusion") as conn:
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute("SELECT sum(amount) FROM shop.orders").fetchall()
+        assert e.value.sqlstate == "58P01", (e.value.sqlstate, str(e.value))
+        assert path.rsplit("/", 1)[-1] in str(e.value)
+        assert "lakegate-secret" not in str(e.value)
+        assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -79,6 +79,7 @@ pub fn to_status(e: &Error) -> Status {
         ErrorKind::Unsupported => Status::unimplemented(message),
         ErrorKind::Canceled => Status::cancelled(message),
         ErrorKind::Unavailable => Status::unavailable(message),
+        ErrorKind::UndefinedFile => Status::data_loss(message),
         ErrorKind::TooManyQueries => Status::resource_exhausted(message),
         ErrorKind::InsufficientPrivilege => Status::permission_denied(message),
         ErrorKind::LimitExceeded | ErrorKind::TooComplex => Status::resource_exhausted(message),
