@@ -290,7 +290,8 @@ fn datafusion_message(e: &DataFusionError) -> String {
 /// The file a storage error says does not exist (opendal's `NotFound` on a read, with the
 /// object's `path:` in its context), if it is one.
 fn missing_file(message: &str) -> Option<String> {
-    if !message.contains("NotFound") {
+    // opendal's kind and status: `NotFound (persistent) at read`.
+    if !message.contains("NotFound (persistent)") {
         return None;
     }
     let path = message.split("path: ").nth(1)?;
