@@ -71,7 +71,13 @@ impl DuckDbEngine {
             engine: "duckdb".into(),
             reason,
         };
-        for ext in ["avro", "iceberg"] {
+        // avro first: iceberg's initialisation otherwise tries to install it; httpfs reads a
+        // lake on S3.
+        let mut extensions = vec!["avro", "iceberg"];
+        if options.storage.is_some() {
+            extensions.push("httpfs");
+        }
+        for ext in &extensions {
             let path = extension_path(&options.extension_dir, ext);
             if !path.is_file() {
                 return Err(unavailable(format!(
@@ -89,8 +95,7 @@ impl DuckDbEngine {
             .map_err(|e| unavailable(e.to_string()))?;
         let conn = Connection::open_in_memory_with_flags(config)
             .map_err(|e| unavailable(e.to_string()))?;
-        // avro first: iceberg's initialisation otherwise tries to install it.
-        for ext in ["avro", "iceberg"] {
+        for ext in &extensions {
             let path = extension_path(&options.extension_dir, ext);
             conn.execute_batch(&format!(
                 "LOAD '{}'",
@@ -99,18 +104,6 @@ impl DuckDbEngine {
             .map_err(|e| unavailable(format!("loading {}: {e}", path.display())))?;
         }
         if let Some(storage) = &options.storage {
-            let path = extension_path(&options.extension_dir, "httpfs");
-            if !path.is_file() {
-                return Err(unavailable(format!(
-                    "extension {} not found: it reads a lake on S3 (scripts/setup.sh installs it)",
-                    path.display()
-                )));
-            }
-            conn.execute_batch(&format!(
-                "LOAD '{}'",
-                path.display().to_string().replace('\'', "''")
-            ))
-            .map_err(|e| unavailable(format!("loading {}: {e}", path.display())))?;
             conn.execute_batch(&s3_secret(storage))
                 .map_err(|e| unavailable(format!("making its S3 secret: {e}")))?;
         }

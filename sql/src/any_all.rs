@@ -201,16 +201,7 @@ fn parse_array_text(text: &str) -> Option<Vec<Expr>> {
 
 #[cfg(test)]
 mod tests {
-    use sqlparser::dialect::PostgreSqlDialect;
-    use sqlparser::parser::Parser;
-
-    fn rewritten(sql: &str) -> String {
-        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-            .expect("sql")
-            .remove(0);
-        crate::semantics::rewrite(&mut s);
-        s.to_string()
-    }
+    use crate::semantics::tests::rewritten;
 
     #[test]
     fn literal_arrays_become_or_and_chains() {

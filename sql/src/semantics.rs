@@ -123,11 +123,12 @@ fn whole_timestamp(text: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use sqlparser::dialect::PostgreSqlDialect;
     use sqlparser::parser::Parser;
 
-    fn rewritten(sql: &str) -> String {
+    /// `sql` after [`super::rewrite`], printed (also the other rewrite modules' tests).
+    pub(crate) fn rewritten(sql: &str) -> String {
         let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
             .expect("sql")
             .remove(0);

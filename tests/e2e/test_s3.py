@@ -64,21 +64,24 @@ def s3_lake():
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def s3_gateway(s3_lake):
+def gateway_on_s3(s3_lake, catalog: str, warehouse: str):
+    """A gateway started with the AWS variables as its only storage settings."""
     saved = {k: os.environ.get(k) for k in [*KEYS, "AWS_ENDPOINT_URL"]}
     os.environ.update(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
     try:
-        gw = start_gateway([
-            "--catalog-uri", f"sqlite://{s3_lake['root']}/catalog.db", "--catalog-name", "lake",
-            "--warehouse", "s3://lake/warehouse",
-        ])
+        return start_gateway(["--catalog-uri", f"sqlite://{catalog}", "--catalog-name", "lake",
+                              "--warehouse", warehouse])
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def s3_gateway(s3_lake):
+    gw = gateway_on_s3(s3_lake, f"{s3_lake['root']}/catalog.db", "s3://lake/warehouse")
     yield gw
     gw.proc.terminate()
     gw.proc.wait(timeout=15)
@@ -177,17 +180,7 @@ def test_the_demo_is_pointed_at_s3_with_one_flag(s3_lake, tmp_path):
         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "--warehouse s3://lake/demo" in out.stdout
-    saved = {k: os.environ.get(k) for k in [*KEYS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
-    try:
-        gw = start_gateway(["--catalog-uri", f"sqlite://{tmp_path}/demo/catalog.db",
-                            "--catalog-name", "lake", "--warehouse", "s3://lake/demo"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    gw = gateway_on_s3(s3_lake, f"{tmp_path}/demo/catalog.db", "s3://lake/demo")
     try:
         assert answer(gw, "SELECT count(*) FROM orders", "datafusion") == [(600,)]
     finally:
