@@ -12,7 +12,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib/server.sh"
 
 die() { echo "s3-server: $*" >&2; exit 1; }
-is_our_server() { [ -n "$1" ] && ps -p "$1" -o args= 2>/dev/null | grep -q moto_server; }
+# /proc, not ps: a minimal machine (CI's) has no procps.
+is_our_server() { # PID
+  [ -n "$1" ] && [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q moto_server
+}
 
 case "${1:-}" in
   start)
