@@ -111,6 +111,41 @@ def test_a_commit_on_s3_is_read_by_the_next_statement(s3_lake, s3_gateway):
                       engine) == [(1010, 1010)], engine
 
 
+def object_requests(gw) -> dict[str, int]:
+    """`lakegate_object_store_requests` from /metrics, by request kind."""
+    text = urllib.request.urlopen(f"{gw.http}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("lakegate_object_store_requests{"):
+            kind = line.split('request="', 1)[1].split('"', 1)[0]
+            out[kind] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def reads(counts: dict[str, int]) -> int:
+    return counts.get("get", 0) + counts.get("range_get", 0) + counts.get("head", 0)
+
+
+def test_an_unchanged_table_is_served_from_the_object_cache(s3_lake, s3_gateway):
+    """Statements on a table that did not change make no object-store request (each statement
+    is new to the result cache); after a commit only the new metadata and file are fetched."""
+    sql = "SELECT count(*), sum(amount) FROM shop.orders WHERE order_id > {}"
+    answer(s3_gateway, sql.format(0), "datafusion")
+    before = object_requests(s3_gateway)
+    for i in range(1, 4):
+        assert answer(s3_gateway, sql.format(i), "datafusion")[0][0] == 1010 - i
+    assert reads(object_requests(s3_gateway)) == reads(before), object_requests(s3_gateway)
+    s3_lake["table"].append(rows(2001, 5))
+    assert answer(s3_gateway, sql.format(0), "datafusion")[0][0] == 1015
+    after = object_requests(s3_gateway)
+    # The new metadata JSON, manifest list and manifest (whole GETs), the new data file (its
+    # footer range holds the whole small file); nothing already read.
+    assert after.get("get", 0) - before.get("get", 0) <= 3, (before, after)
+    assert after.get("range_get", 0) - before.get("range_get", 0) == 1, (before, after)
+    metrics = urllib.request.urlopen(f"{s3_gateway.http}/metrics", timeout=10).read().decode()
+    assert 'lakegate_object_cache{stat="hits",tier="metadata"}' in metrics
+
+
 def test_the_catalog_lists_the_s3_table(s3_gateway):
     assert answer(s3_gateway, "SELECT table_name FROM information_schema.tables "
                               "WHERE table_schema = 'shop'") == [("orders",)]
@@ -190,9 +225,15 @@ def test_the_demo_is_pointed_at_s3_with_one_flag(s3_lake, tmp_path):
 
 
 def test_a_data_file_deleted_out_of_band_is_named_in_the_error(s3_lake, s3_gateway):
-    """58P01 (undefined_file) naming the missing object, and the session goes on."""
+    """58P01 (undefined_file) naming the missing object, and the session goes on. (A file the
+    gateway has read is served from its object cache: Iceberg files never change, so the
+    deleted file is one a new commit added.)"""
     table = s3_lake["table"].refresh()
-    path = table.inspect.files().column("file_path")[0].as_py()
+    seen = set(table.inspect.files().column("file_path").to_pylist())
+    table.append(rows(5001, 3))
+    fresh = set(table.refresh().inspect.files().column("file_path").to_pylist()) - seen
+    assert len(fresh) == 1, fresh
+    path = fresh.pop()
     table.io.delete(path)
     with psycopg.connect(f"postgresql://tester@127.0.0.1:{s3_gateway.port}/lakegate",
                          autocommit=True, options="-c lakegate.engine=datafusion") as conn:

@@ -6,6 +6,7 @@
 //! unchanged table costs no metadata read.
 
 pub mod estimate;
+pub mod object_cache;
 pub mod objects;
 pub mod storage;
 mod tokens;
@@ -29,6 +30,8 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use tracing::debug;
 
 use crate::error::{Error, Result};
+use object_cache::{CachingStorageFactory, ObjectCache};
+pub use object_cache::{ObjectCacheConfig, ObjectCacheStats};
 pub use storage::{Scheme, StorageConfig, scheme_of};
 use tokens::TokenSource;
 
@@ -171,6 +174,8 @@ pub struct Lake {
     /// Recent tokens by table, for `max_staleness`.
     recent: Mutex<HashMap<TableIdent, (std::time::Instant, String)>>,
     stats: TokenStats,
+    /// The cache of immutable objects of an object-store lake.
+    object_cache: Option<Arc<ObjectCache>>,
 }
 
 /// Version-token lookups: how many, and the time they took.
@@ -217,11 +222,17 @@ impl Lake {
         // opendal's resolving storage with the `[storage]` credentials; a local one as before.
         let remote = scheme_of(&config.warehouse) != Scheme::Local
             || (kind == CatalogKind::Rest && config.warehouse.trim().is_empty());
+        let mut object_cache = None;
         let factory: Arc<dyn StorageFactory> = if remote {
             for (k, v) in config.storage.with_environment().iceberg_props() {
                 props.entry(k).or_insert(v);
             }
-            Arc::new(OpenDalResolvingStorageFactory::new())
+            let cache = Arc::new(ObjectCache::new(config.storage.cache));
+            object_cache = Some(Arc::clone(&cache));
+            Arc::new(CachingStorageFactory::new(
+                Box::new(OpenDalResolvingStorageFactory::new()),
+                cache,
+            ))
         } else {
             Arc::new(LocalFsStorageFactory)
         };
@@ -265,7 +276,13 @@ impl Lake {
             timeout: std::time::Duration::from_secs(10),
             recent: Mutex::new(HashMap::new()),
             stats: TokenStats::default(),
+            object_cache,
         })
+    }
+
+    /// The object cache's numbers (`None` for a local lake, which has no object cache).
+    pub fn object_cache_stats(&self) -> Option<ObjectCacheStats> {
+        self.object_cache.as_ref().map(|c| c.stats())
     }
 
     /// Lets statements reuse a table's version token for up to `staleness` instead of looking it

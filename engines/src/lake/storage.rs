@@ -12,6 +12,8 @@
 
 use serde::Deserialize;
 
+use super::object_cache::ObjectCacheConfig;
+
 /// `[storage]`: how to reach the object store holding the lake.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -29,6 +31,8 @@ pub struct StorageConfig {
     pub secret_access_key: Option<String>,
     /// A session token for temporary credentials.
     pub session_token: Option<String>,
+    /// `[storage.cache]`: the in-memory cache of immutable objects (object-store lakes only).
+    pub cache: ObjectCacheConfig,
 }
 
 impl std::fmt::Debug for StorageConfig {
@@ -41,6 +45,7 @@ impl std::fmt::Debug for StorageConfig {
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &hidden(&self.secret_access_key))
             .field("session_token", &hidden(&self.session_token))
+            .field("cache", &self.cache)
             .finish()
     }
 }
@@ -99,6 +104,7 @@ impl StorageConfig {
                 .session_token
                 .clone()
                 .or_else(|| first(&["AWS_SESSION_TOKEN"])),
+            cache: self.cache,
         }
     }
 

@@ -42,6 +42,8 @@ pub struct Metrics {
     breaker_open: IntGaugeVec,
     cache: GaugeVec,
     tokens: GaugeVec,
+    objects: GaugeVec,
+    object_requests: GaugeVec,
     table: GaugeVec,
     maintenance: GaugeVec,
     telemetry: GaugeVec,
@@ -133,6 +135,26 @@ impl Metrics {
                 &["stat"],
             )?,
         );
+        let objects = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_object_cache",
+                    "The cache of immutable lake objects (object-store lakes), by tier (metadata: metadata JSON, manifests, Parquet footers; data: Parquet pages): hits, misses, hit_bytes, miss_bytes, bytes, capacity_bytes",
+                ),
+                &["tier", "stat"],
+            )?,
+        );
+        let object_requests = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_object_store_requests",
+                    "Object-store requests made through the lake's FileIO since start (the DataFusion engine, estimates, maintenance), by kind: get, range_get, head, put, delete",
+                ),
+                &["request"],
+            )?,
+        );
         let table = register(
             &r,
             GaugeVec::new(
@@ -193,6 +215,8 @@ impl Metrics {
             breaker_open,
             cache,
             tokens,
+            objects,
+            object_requests,
             table,
         })
     }
@@ -255,6 +279,27 @@ impl Metrics {
         self.tokens
             .with_label_values(&["reused"])
             .set(load(&t.reused) as f64);
+        if let Some(stats) = scrape.lake.object_cache_stats() {
+            for t in &stats.tiers {
+                for (stat, value) in [
+                    ("hits", t.hits),
+                    ("misses", t.misses),
+                    ("hit_bytes", t.hit_bytes),
+                    ("miss_bytes", t.miss_bytes),
+                    ("bytes", t.bytes),
+                    ("capacity_bytes", t.capacity),
+                ] {
+                    self.objects
+                        .with_label_values(&[t.tier.name(), stat])
+                        .set(value as f64);
+                }
+            }
+            for (request, count) in &stats.requests {
+                self.object_requests
+                    .with_label_values(&[request.name()])
+                    .set(*count as f64);
+            }
+        }
         for info in table_infos(scrape.lake) {
             for (stat, value) in [
                 ("snapshot_age_seconds", info.snapshot_age_seconds),

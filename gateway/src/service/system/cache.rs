@@ -13,6 +13,7 @@ use crate::service::cache::ResultCache;
 pub async fn stats_batch(
     cache: &ResultCache,
     tokens: &lakegate_engines::lake::TokenStats,
+    objects: Option<lakegate_engines::lake::ObjectCacheStats>,
 ) -> RecordBatch {
     let mut rows = cache.stats_values().await;
     rows.extend([
@@ -26,6 +27,9 @@ pub async fn stats_batch(
             tokens.reused.load(Ordering::Relaxed),
         ),
     ]);
+    if let Some(objects) = objects {
+        rows.extend(object_rows(&objects));
+    }
     let schema = Arc::new(Schema::new(vec![
         Field::new("name", DataType::Utf8, false),
         Field::new("value", DataType::Int64, false),
@@ -37,4 +41,36 @@ pub async fn stats_batch(
         .collect();
     RecordBatch::try_new(schema.clone(), vec![Arc::new(names), Arc::new(values)])
         .unwrap_or_else(|_| RecordBatch::new_empty(schema))
+}
+
+/// The object cache's numbers as `object_cache_<tier>_<stat>` and `object_store_<request>s`.
+fn object_rows(s: &lakegate_engines::lake::ObjectCacheStats) -> Vec<(&'static str, u64)> {
+    use lakegate_engines::lake::object_cache::{Request, Tier};
+    let mut rows = Vec::new();
+    for t in &s.tiers {
+        let names = match t.tier {
+            Tier::Metadata => [
+                "object_cache_metadata_hits",
+                "object_cache_metadata_misses",
+                "object_cache_metadata_bytes",
+            ],
+            Tier::Data => [
+                "object_cache_data_hits",
+                "object_cache_data_misses",
+                "object_cache_data_bytes",
+            ],
+        };
+        rows.extend(names.into_iter().zip([t.hits, t.misses, t.bytes]));
+    }
+    for (r, n) in &s.requests {
+        let name = match r {
+            Request::Get => "object_store_gets",
+            Request::RangeGet => "object_store_range_gets",
+            Request::Head => "object_store_heads",
+            Request::Put => "object_store_puts",
+            Request::Delete => "object_store_deletes",
+        };
+        rows.push((name, *n));
+    }
+    rows
 }

@@ -94,7 +94,12 @@ impl GatewayService {
         for name in names {
             let batch = match SystemTable::named(name)? {
                 SystemTable::CacheStats => {
-                    cache::stats_batch(&self.cache, self.lake.token_stats()).await
+                    cache::stats_batch(
+                        &self.cache,
+                        self.lake.token_stats(),
+                        self.lake.object_cache_stats(),
+                    )
+                    .await
                 }
                 SystemTable::Queries => {
                     // With access rules, a user sees its own queries unless it has `admin`.
