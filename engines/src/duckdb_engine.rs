@@ -106,6 +106,10 @@ impl DuckDbEngine {
         if let Some(storage) = &options.storage {
             conn.execute_batch(&s3_secret(storage))
                 .map_err(|e| unavailable(format!("making its S3 secret: {e}")))?;
+            if storage.cache.enabled {
+                conn.execute_batch(IMMUTABLE_OBJECT_CACHING)
+                    .map_err(|e| unavailable(format!("turning its object caches on: {e}")))?;
+            }
         }
         // The official build has ICU, whose time zone is the machine's: compute in UTC, as the
         // bundled build (without ICU) did, whatever the host's zone.
@@ -128,6 +132,14 @@ impl DuckDbEngine {
             .map_err(|e| duck_error(&e))
     }
 }
+
+/// DuckDB's own caches for remote files, trusted without revalidation: Iceberg never rewrites a
+/// file under the same path, so a cached Parquet range, footer or HEAD answer stays true (the
+/// default re-validates every cached file with a request per query).
+const IMMUTABLE_OBJECT_CACHING: &str = "SET GLOBAL enable_external_file_cache = true; \
+     SET GLOBAL validate_external_file_cache = 'NO_VALIDATION'; \
+     SET GLOBAL parquet_metadata_cache = true; \
+     SET GLOBAL enable_http_metadata_cache = true;";
 
 /// `CREATE SECRET` for httpfs from the lake's storage settings.
 fn s3_secret(storage: &crate::lake::StorageConfig) -> String {
