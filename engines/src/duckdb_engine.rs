@@ -322,6 +322,9 @@ fn duck_error(e: &duckdb::Error) -> Error {
         ErrorKind::Unsupported
     } else if message.starts_with("INTERRUPT") || message.contains("Interrupted") {
         ErrorKind::Canceled
+    } else if message.contains("HTTP 403") {
+        // httpfs: the object store refused the secret's credentials.
+        ErrorKind::StorageDenied
     } else {
         ErrorKind::Internal
     };

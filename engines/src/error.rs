@@ -44,6 +44,8 @@ pub enum ErrorKind {
     Unavailable,
     /// A file the table's metadata references is gone (SQLSTATE 58P01).
     UndefinedFile,
+    /// The object store refused lakegate's credentials (SQLSTATE 58030).
+    StorageDenied,
     /// A routing group's slots and queue are full (SQLSTATE 53300).
     TooManyQueries,
     /// The user may not read what the statement reads (SQLSTATE 42501).
@@ -143,6 +145,15 @@ pub enum Error {
         /// The store's answer.
         reason: String,
     },
+    /// The object store refused lakegate's credentials (which key id, which object, what to
+    /// fix; never the secret) or could not be reached.
+    #[error("{message}")]
+    ObjectStore {
+        /// [`ErrorKind::StorageDenied`] or [`ErrorKind::Unavailable`].
+        kind: ErrorKind,
+        /// The whole explanation.
+        message: String,
+    },
     /// A broken invariant inside lakegate.
     #[error("internal error: {0}")]
     Internal(String),
@@ -157,6 +168,9 @@ impl Error {
 
 impl From<iceberg::Error> for Error {
     fn from(e: iceberg::Error) -> Self {
+        if let Some((kind, message)) = storage_explained(&e.to_string()) {
+            return Self::ObjectStore { kind, message };
+        }
         Self::Iceberg(Box::new(e))
     }
 }
@@ -188,7 +202,9 @@ impl Error {
             Self::DataFusion(e) => datafusion_kind(e),
             Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::Canceled | Self::TimedOut => ErrorKind::Canceled,
-            Self::Engine { kind, .. } | Self::Value { kind, .. } => *kind,
+            Self::Engine { kind, .. }
+            | Self::Value { kind, .. }
+            | Self::ObjectStore { kind, .. } => *kind,
             Self::EngineUnavailable { .. } | Self::Storage { .. } => ErrorKind::Unavailable,
             Self::Internal(_) => ErrorKind::Internal,
         }
@@ -208,8 +224,12 @@ fn iceberg_kind(e: &iceberg::Error) -> ErrorKind {
 /// Classifies a DataFusion error by its root cause.
 pub fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
     use datafusion::common::SchemaError;
-    if missing_file(&e.to_string()).is_some() {
+    let text = e.to_string();
+    if missing_file(&text).is_some() {
         return ErrorKind::UndefinedFile;
+    }
+    if let Some((kind, _)) = storage_explained(&text) {
+        return kind;
     }
     match e.find_root() {
         DataFusionError::SQL(..) => ErrorKind::Syntax,
@@ -273,6 +293,9 @@ fn datafusion_message(e: &DataFusionError) -> String {
              writers? restore it, or roll the table back to a snapshot that does not read it)"
         );
     }
+    if let Some((_, message)) = storage_explained(&e.to_string()) {
+        return message;
+    }
     let root = e.find_root();
     let msg = match root {
         DataFusionError::SQL(p, _) => p.to_string(),
@@ -285,6 +308,39 @@ fn datafusion_message(e: &DataFusionError) -> String {
         other => other.to_string(),
     };
     msg.trim().to_string()
+}
+
+/// How the object cache's storage begins the message of a refused request (see
+/// `lake::object_cache`); the message ends with [`STORAGE_REFUSED_END`].
+pub(crate) const STORAGE_REFUSED: &str = "the object store refused lakegate's credentials";
+/// The last words of that message.
+pub(crate) const STORAGE_REFUSED_END: &str = "what the key may read.";
+/// How it begins the message of a request the store did not answer (after opendal's retries).
+pub(crate) const STORAGE_UNREACHABLE: &str = "the object store could not be reached";
+/// The last words of that message.
+pub(crate) const STORAGE_UNREACHABLE_END: &str = "then run the statement again.";
+
+/// The explanation of a failed object-store request inside a longer error chain, if any, and
+/// its kind.
+fn storage_explained(message: &str) -> Option<(ErrorKind, String)> {
+    [
+        (
+            STORAGE_REFUSED,
+            STORAGE_REFUSED_END,
+            ErrorKind::StorageDenied,
+        ),
+        (
+            STORAGE_UNREACHABLE,
+            STORAGE_UNREACHABLE_END,
+            ErrorKind::Unavailable,
+        ),
+    ]
+    .into_iter()
+    .find_map(|(start, end, kind)| {
+        let rest = &message[message.find(start)?..];
+        let stop = rest.find(end)? + end.len();
+        Some((kind, rest[..stop].to_string()))
+    })
 }
 
 /// The file a storage error says does not exist (opendal's `NotFound` on a read, with the
@@ -314,6 +370,20 @@ mod tests {
             status: 404 }, service: s3, path: w/t/data/a.parquet, range: 0-3233 } => S3Error";
         assert_eq!(missing_file(opendal).as_deref(), Some("w/t/data/a.parquet"));
         assert_eq!(missing_file("Execution error: Divide by zero"), None);
+    }
+
+    #[test]
+    fn a_refused_request_keeps_only_its_explanation() {
+        let chain = format!(
+            "Unexpected => Failed to load Parquet metadata, source: External: {STORAGE_REFUSED} \
+             (access key id \"AKIA1\") reading s3://b/k.parquet: InvalidAccessKeyId. Check \
+             it, and {STORAGE_REFUSED_END} => more context"
+        );
+        let (kind, got) = storage_explained(&chain).expect("found");
+        assert_eq!(kind, ErrorKind::StorageDenied);
+        assert!(got.starts_with(STORAGE_REFUSED) && got.ends_with(STORAGE_REFUSED_END));
+        assert!(got.contains("AKIA1") && !got.contains("more context"));
+        assert_eq!(storage_explained("Execution error: Divide by zero"), None);
     }
 
     #[test]

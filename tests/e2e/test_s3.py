@@ -6,9 +6,11 @@ with a secret made from the same settings."""
 from __future__ import annotations
 
 import decimal
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -184,6 +186,14 @@ def test_orphans_on_s3_are_listed_and_removed(s3_lake, s3_gateway, tmp_path):
 
 def maintain(s3_lake, tmp_path, min_input_files: int, orphan_min_age: str) -> str:
     """`lakegate maintenance run --once` on the S3 lake, the AWS variables its only settings."""
+    cmd, env = maintenance_cmd(s3_lake, tmp_path, min_input_files, orphan_min_age)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def maintenance_cmd(s3_lake, tmp_path, min_input_files: int, orphan_min_age: str,
+                    endpoint: str | None = None) -> tuple[list[str], dict]:
     from conftest import lakegate_bin
     cfg = tmp_path / "maint.toml"
     cfg.write_text(f"""[maintenance]
@@ -194,14 +204,10 @@ keep_snapshots = 10
 orphan_min_age = "{orphan_min_age}"
 log_path = "{tmp_path}/ops.jsonl"
 """)
-    env = dict(os.environ, **KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
-    out = subprocess.run(
-        [lakegate_bin(), "maintenance", "run", "--once", "--config", str(cfg),
-         "--catalog-uri", f"sqlite://{s3_lake['root']}/catalog.db", "--catalog-name", "lake",
-         "--warehouse", "s3://lake/warehouse", "--table", "shop.orders"],
-        capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+    env = dict(os.environ, **KEYS, AWS_ENDPOINT_URL=endpoint or s3_lake["endpoint"])
+    return [lakegate_bin(), "maintenance", "run", "--once", "--config", str(cfg),
+            "--catalog-uri", f"sqlite://{s3_lake['root']}/catalog.db", "--catalog-name", "lake",
+            "--warehouse", "s3://lake/warehouse", "--table", "shop.orders"], env
 
 
 def test_the_demo_is_pointed_at_s3_with_one_flag(s3_lake, tmp_path):
@@ -234,6 +240,8 @@ def test_a_data_file_deleted_out_of_band_is_named_in_the_error(s3_lake, s3_gatew
     fresh = set(table.refresh().inspect.files().column("file_path").to_pylist()) - seen
     assert len(fresh) == 1, fresh
     path = fresh.pop()
+    with table.io.new_input(path).open() as f:
+        kept = f.read()
     table.io.delete(path)
     with psycopg.connect(f"postgresql://tester@127.0.0.1:{s3_gateway.port}/lakegate",
                          autocommit=True, options="-c lakegate.engine=datafusion") as conn:
@@ -243,3 +251,180 @@ def test_a_data_file_deleted_out_of_band_is_named_in_the_error(s3_lake, s3_gatew
         assert path.rsplit("/", 1)[-1] in str(e.value)
         assert "lakegate-secret" not in str(e.value)
         assert conn.execute("SELECT 1").fetchone() == (1,)
+    # Put it back for the tests after this one.
+    with table.io.new_output(path).create(overwrite=True) as f:
+        f.write(kept)
+
+
+def test_credentials_the_store_refuses_are_named_without_the_secret(s3_lake, tmp_path):
+    """A store that does not know the key id (moto with authentication on) fails the statement
+    with 58030 naming the key id and the object, never the secret; the session goes on."""
+    port = free_port()
+    subprocess.run([SCRIPT, "start", str(tmp_path / "auth-s3"), str(port)], check=True,
+                   timeout=60, env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"))
+    try:
+        shutil.copy(s3_lake["root"] / "catalog.db", tmp_path / "catalog.db")
+        saved = dict(os.environ)
+        os.environ.update(AWS_ACCESS_KEY_ID="AKIAWRONGKEY", AWS_SECRET_ACCESS_KEY="wrong-secret",
+                          AWS_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+        try:
+            gw = start_gateway(["--catalog-uri", f"sqlite://{tmp_path}/catalog.db",
+                                "--catalog-name", "lake", "--warehouse", "s3://lake/warehouse"])
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            for engine in ("datafusion", "duckdb"):
+                with psycopg.connect(f"postgresql://tester@127.0.0.1:{gw.port}/lakegate",
+                                     autocommit=True,
+                                     options=f"-c lakegate.engine={engine}") as conn:
+                    with pytest.raises(psycopg.Error) as e:
+                        conn.execute("SELECT count(*) FROM shop.orders").fetchall()
+                    message = str(e.value)
+                    print(engine, e.value.sqlstate, message)
+                    assert e.value.sqlstate == "58030", (engine, e.value.sqlstate, message)
+                    assert "AKIAWRONGKEY" in message and "lake" in message, message
+                    assert "wrong-secret" not in message, message
+                    assert conn.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            gw.proc.terminate()
+            gw.proc.wait(timeout=15)
+    finally:
+        subprocess.run([SCRIPT, "stop", str(tmp_path / "auth-s3")], check=False, timeout=60)
+
+
+def start_proxy(upstream: str, port: int, delay_ms: float = 0) -> subprocess.Popen:
+    """tests/fixtures/s3_proxy.py on `port` in front of `upstream`, once it answers."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fixtures" / "s3_proxy.py"),
+                             "--upstream", upstream, "--port", str(port), "--delay-ms",
+                             str(delay_ms)], stdout=subprocess.DEVNULL)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/__proxy/stats", timeout=2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("s3_proxy did not start")
+
+
+def gateway_through(s3_lake, port: int, tmp_path) -> object:
+    """A gateway whose S3 endpoint is the proxy on `port`, result and object caches off (every
+    statement reads the store)."""
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text("[cache]\nenabled = false\n[storage.cache]\nenabled = false\n")
+    saved = dict(os.environ)
+    os.environ.update(KEYS, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    try:
+        return start_gateway(["--catalog-uri", f"sqlite://{s3_lake['root']}/catalog.db",
+                              "--catalog-name", "lake", "--warehouse", "s3://lake/warehouse",
+                              "--config", str(cfg)])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_throttling_is_retried(s3_lake, tmp_path):
+    """Every third GET answered `503 SlowDown` (S3's throttling, injected by the proxy): the
+    statements are retried with backoff and answer as without throttling."""
+    port = free_port()
+    proxy = start_proxy(s3_lake["endpoint"], port)
+    gw = gateway_through(s3_lake, port, tmp_path)
+    sql = "SELECT count(*), sum(amount) FROM shop.orders"
+    try:
+        want = answer(gw, sql, "datafusion")
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/__proxy/config?slowdown_every=3", method="POST"),
+            timeout=10).close()
+        for engine in ("datafusion", "duckdb"):
+            for _ in range(3):
+                assert answer(gw, sql, engine) == want, engine
+        stats = json.loads(urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/__proxy/stats", timeout=10).read())
+        assert stats["slowdowns"] >= 3, stats
+    finally:
+        proxy.kill()
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)
+
+
+def test_a_store_that_goes_away_mid_query_fails_the_statement_in_bounded_time(
+        s3_lake, tmp_path):
+    """The S3 endpoint's process is killed while a statement reads (the object cache off, so
+    every statement reads the store): the statement fails within a bounded time with 58000
+    saying the object store cannot be reached, the session stays usable, and once the
+    endpoint is back the next statement answers."""
+    import threading
+    port = free_port()
+    proxy = start_proxy(s3_lake["endpoint"], port, delay_ms=400)
+    gw = gateway_through(s3_lake, port, tmp_path)
+    sql = "SELECT count(*) FROM shop.orders"
+    try:
+        want = answer(gw, sql, "datafusion")
+        with psycopg.connect(f"postgresql://tester@127.0.0.1:{gw.port}/lakegate",
+                             autocommit=True, options="-c lakegate.engine=datafusion") as conn:
+            threading.Timer(0.8, proxy.kill).start()
+            started = time.time()
+            with pytest.raises(psycopg.Error) as e:
+                conn.execute(sql).fetchall()
+            took = time.time() - started
+            assert took < 45, took
+            assert e.value.sqlstate == "58000", (e.value.sqlstate, str(e.value))
+            assert "object store" in str(e.value), str(e.value)
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+            proxy.wait(timeout=10)
+            proxy = start_proxy(s3_lake["endpoint"], port)
+            assert conn.execute(sql).fetchall() == want
+    finally:
+        proxy.kill()
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)
+
+
+def test_a_compaction_killed_mid_write_commits_nothing(s3_lake, s3_gateway, tmp_path):
+    """`maintenance run --once` is killed (SIGKILL) once it has begun writing its output to
+    the store: the table keeps its snapshot and its answers; what the dead run wrote is left as
+    orphans, which the next orphan sweep removes."""
+    table = s3_lake["table"]
+    table.append(rows(7001, 4))
+    table.append(rows(7005, 4))
+    sql = "SELECT count(*), sum(amount) FROM shop.orders"
+    before = answer(s3_gateway, sql, "datafusion")
+    snapshot = table.refresh().metadata.current_snapshot_id
+    import s3fs
+    fs = s3fs.S3FileSystem(key=KEYS["AWS_ACCESS_KEY_ID"], secret=KEYS["AWS_SECRET_ACCESS_KEY"],
+                           client_kwargs={"endpoint_url": s3_lake["endpoint"]})
+    location = table.location().removeprefix("s3://")
+
+    def stored() -> set[str]:
+        fs.invalidate_cache()
+        return set(fs.find(f"{location}/data"))
+
+    existing = stored()
+    port = free_port()
+    proxy = start_proxy(s3_lake["endpoint"], port, delay_ms=300)
+    try:
+        cmd, env = maintenance_cmd(s3_lake, tmp_path, 2, "1h", f"http://127.0.0.1:{port}")
+        run = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            stats = json.loads(urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/__proxy/stats", timeout=10).read())
+            if stats["answered"].get("PUT", 0) + stats["answered"].get("POST", 0) > 0:
+                break
+            assert run.poll() is None, "maintenance ended before writing"
+            time.sleep(0.05)
+        run.kill()
+        run.wait(timeout=30)
+    finally:
+        proxy.kill()
+    assert table.refresh().metadata.current_snapshot_id == snapshot
+    assert answer(s3_gateway, sql, "datafusion") == before
+    orphans = stored() - existing
+    assert orphans, "the killed run had written a data file"
+    time.sleep(2)
+    maintain(s3_lake, tmp_path, min_input_files=1000, orphan_min_age="1s")
+    assert not (orphans & stored()), orphans & stored()
+    assert answer(s3_gateway, sql, "datafusion") == before

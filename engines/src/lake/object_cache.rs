@@ -365,8 +365,49 @@ impl StorageFactory for CachingStorageFactory {
         Ok(Arc::new(CachingStorage {
             inner: self.inner.build(config)?,
             cache: Arc::clone(&self.cache),
+            key_id: config.get("s3.access-key-id").cloned(),
         }))
     }
+}
+
+/// A failed request as one sentence a user can act on: refused (opendal's `PermissionDenied`:
+/// a wrong key id or secret, an expired token, a policy without the bucket), naming the key id
+/// and the object; or unanswered (no connection, after opendal's retries). Other errors pass.
+fn explain_failure(path: &str, key_id: Option<&str>, e: iceberg::Error) -> iceberg::Error {
+    use crate::error::{
+        STORAGE_REFUSED, STORAGE_REFUSED_END, STORAGE_UNREACHABLE, STORAGE_UNREACHABLE_END,
+    };
+    let raw = e.to_string();
+    let message = if raw.contains("PermissionDenied") {
+        let field = |name: &str| {
+            let at = raw.find(&format!("{name}: \""))? + name.len() + 3;
+            raw[at..].split('"').next().map(str::to_string)
+        };
+        let why = match (field("code"), field("message")) {
+            (Some(code), Some(message)) if !code.is_empty() => {
+                format!("{code}: {}", message.trim_end_matches('.'))
+            }
+            _ => "access denied".to_string(),
+        };
+        let key = match key_id {
+            Some(id) => format!("access key id \"{id}\""),
+            None => "no access key id configured: the default credential chain's".to_string(),
+        };
+        format!(
+            "{STORAGE_REFUSED} ({key}) reading {path}: {why}. Check [storage] access_key_id \
+             and secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and \
+             {STORAGE_REFUSED_END}"
+        )
+    } else if raw.contains("error sending request") || raw.contains("send http request") {
+        format!(
+            "{STORAGE_UNREACHABLE} reading {path} (no answer after retries). Check that its \
+             endpoint is up and reachable ([storage] endpoint or AWS_ENDPOINT_URL), \
+             {STORAGE_UNREACHABLE_END}"
+        )
+    } else {
+        return e;
+    };
+    iceberg::Error::new(iceberg::ErrorKind::Unexpected, message)
 }
 
 /// A [`Storage`] that serves immutable objects from the cache and counts what it passes on.
@@ -375,6 +416,14 @@ pub struct CachingStorage {
     inner: Arc<dyn Storage>,
     #[serde(skip)]
     cache: Arc<ObjectCache>,
+    /// The key id requests are signed with (named when the store refuses them).
+    key_id: Option<String>,
+}
+
+impl CachingStorage {
+    fn explain<T>(&self, path: &str, r: iceberg::Result<T>) -> iceberg::Result<T> {
+        r.map_err(|e| explain_failure(path, self.key_id.as_deref(), e))
+    }
 }
 
 #[async_trait]
@@ -382,7 +431,7 @@ pub struct CachingStorage {
 impl Storage for CachingStorage {
     async fn exists(&self, path: &str) -> iceberg::Result<bool> {
         self.cache.count(Request::Head);
-        self.inner.exists(path).await
+        self.explain(path, self.inner.exists(path).await)
     }
 
     async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
@@ -391,7 +440,7 @@ impl Storage for CachingStorage {
             return Ok(FileMetadata { size });
         }
         self.cache.count(Request::Head);
-        let meta = self.inner.metadata(path).await?;
+        let meta = self.explain(path, self.inner.metadata(path).await)?;
         if immutable {
             self.cache.sizes.insert(path.to_string(), meta.size);
         }
@@ -407,7 +456,7 @@ impl Storage for CachingStorage {
         };
         let Some(tier) = tier else {
             self.cache.count(Request::Get);
-            return self.inner.read(path).await;
+            return self.explain(path, self.inner.read(path).await);
         };
         let whole = 0..u64::MAX;
         if let Some(ranges) = self.cache.tier(tier).get(path)
@@ -417,7 +466,7 @@ impl Storage for CachingStorage {
             return Ok(bytes.clone());
         }
         self.cache.count(Request::Get);
-        let bytes = self.inner.read(path).await?;
+        let bytes = self.explain(path, self.inner.read(path).await)?;
         self.cache.miss(tier, &bytes);
         self.cache.insert(tier, path, whole, bytes.clone());
         Ok(bytes)
@@ -436,25 +485,25 @@ impl Storage for CachingStorage {
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
         self.cache.forget(path);
         self.cache.count(Request::Put);
-        self.inner.write(path, bs).await
+        self.explain(path, self.inner.write(path, bs).await)
     }
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
         self.cache.forget(path);
         self.cache.count(Request::Put);
-        self.inner.writer(path).await
+        self.explain(path, self.inner.writer(path).await)
     }
 
     async fn delete(&self, path: &str) -> iceberg::Result<()> {
         self.cache.forget(path);
         self.cache.count(Request::Delete);
-        self.inner.delete(path).await
+        self.explain(path, self.inner.delete(path).await)
     }
 
     async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
         self.cache.forget_prefix(path);
         self.cache.count(Request::Delete);
-        self.inner.delete_prefix(path).await
+        self.explain(path, self.inner.delete_prefix(path).await)
     }
 
     async fn delete_stream(&self, paths: BoxStream<'static, String>) -> iceberg::Result<()> {
@@ -492,9 +541,10 @@ impl CachingReader {
         let inner = self
             .inner
             .get_or_try_init(|| self.storage.inner.reader(&self.path))
-            .await?;
+            .await;
+        let inner = self.storage.explain(&self.path, inner)?;
         self.storage.cache.count(Request::RangeGet);
-        inner.read(range).await
+        self.storage.explain(&self.path, inner.read(range).await)
     }
 }
 

@@ -80,6 +80,7 @@ pub fn to_status(e: &Error) -> Status {
         ErrorKind::Canceled => Status::cancelled(message),
         ErrorKind::Unavailable => Status::unavailable(message),
         ErrorKind::UndefinedFile => Status::data_loss(message),
+        ErrorKind::StorageDenied => Status::failed_precondition(message),
         ErrorKind::TooManyQueries => Status::resource_exhausted(message),
         ErrorKind::InsufficientPrivilege => Status::permission_denied(message),
         ErrorKind::LimitExceeded | ErrorKind::TooComplex => Status::resource_exhausted(message),

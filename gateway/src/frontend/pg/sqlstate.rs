@@ -24,6 +24,7 @@ pub(crate) fn sqlstate(kind: ErrorKind) -> &'static str {
         ErrorKind::CantChangeSetting => "55P02",
         ErrorKind::Unavailable => "58000",
         ErrorKind::UndefinedFile => "58P01",
+        ErrorKind::StorageDenied => "58030",
         ErrorKind::TooManyQueries => "53300",
         ErrorKind::InsufficientPrivilege => "42501",
         ErrorKind::LimitExceeded => "54000",
