@@ -21,6 +21,10 @@
 # Spark distribution under pyspark-4.1.4/deps/{bin,sbin,jars}; it is unpacked once into
 # .cache/engines/spark-4.1.4. Iceberg: .cache/engines/iceberg-spark-runtime-4.1_2.13-1.11.0.jar
 # and .cache/jars/postgresql-42.7.4.jar (both fetched from Maven Central with mvn if absent).
+# S3_CATALOG, S3_WAREHOUSE (environment): a second catalog S3_CATALOG on the same JDBC catalog
+# whose tables live on S3 under S3_WAREHOUSE, read through Iceberg's S3FileIO
+# (iceberg-aws-bundle-1.11.0.jar, fetched when asked for) with AWS_ENDPOINT_URL, AWS_REGION,
+# AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, path-style.
 # The readiness check and `sql` use Spark's own JDBC driver for Spark Connect
 # (jars/connect-repl/spark-connect-client-jdbc, jdbc:sc://host:port): no Python needed.
 #
@@ -39,6 +43,7 @@ VERSION=4.1.4
 SDIST=$CACHE/wheels/pyspark-$VERSION.tar.gz
 SPARK_HOME=$CACHE/spark-$VERSION
 ICEBERG_JAR=$CACHE/iceberg-spark-runtime-4.1_2.13-1.11.0.jar
+AWS_JAR=$CACHE/iceberg-aws-bundle-1.11.0.jar   # S3FileIO, for S3_CATALOG only
 PG_JAR=$ROOT/.cache/jars/postgresql-42.7.4.jar
 JAVA_HOME=${SPARK_JAVA_HOME:-/usr/lib/jvm/java-17-openjdk-amd64}
 MAIN_CLASS=org.apache.spark.sql.connect.service.SparkConnectServer
@@ -138,12 +143,27 @@ cmd_start() {
   mkdir -p "$dir/tmp"
   rm -f "$dir/pid"
 
-  local t0=$SECONDS pid c=spark.sql.catalog.$catalog
+  local t0=$SECONDS pid c=spark.sql.catalog.$catalog jars="$ICEBERG_JAR,$PG_JAR" s3=()
+  if [ -n "${S3_CATALOG:-}" ]; then
+    [[ $S3_CATALOG =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "bad S3_CATALOG: $S3_CATALOG"
+    fetch org.apache.iceberg:iceberg-aws-bundle:1.11.0 "$CACHE" "$(basename "$AWS_JAR")"
+    jars="$jars,$AWS_JAR"
+    local s=spark.sql.catalog.$S3_CATALOG
+    s3=(--conf "$s=org.apache.iceberg.spark.SparkCatalog" --conf "$s.type=jdbc"
+        --conf "$s.uri=$pg_url" --conf "$s.jdbc.user=postgres" --conf "$s.jdbc.schema-version=V1"
+        --conf "$s.cache-enabled=false" --conf "$s.warehouse=${S3_WAREHOUSE:?S3_WAREHOUSE}"
+        --conf "$s.io-impl=org.apache.iceberg.aws.s3.S3FileIO"
+        --conf "$s.s3.endpoint=${AWS_ENDPOINT_URL:?AWS_ENDPOINT_URL}"
+        --conf "$s.s3.path-style-access=true"
+        --conf "$s.s3.access-key-id=${AWS_ACCESS_KEY_ID:?AWS_ACCESS_KEY_ID}"
+        --conf "$s.s3.secret-access-key=${AWS_SECRET_ACCESS_KEY:?AWS_SECRET_ACCESS_KEY}"
+        --conf "$s.client.region=${AWS_REGION:-us-east-1}")
+  fi
   (cd "$dir" && SPARK_LOCAL_IP=127.0.0.1 SPARK_LOG_DIR="$dir" exec nohup "$SPARK_HOME/bin/spark-submit" \
       --class "$MAIN_CLASS" --name "lakegate-test-spark-connect" \
       --master 'local[2]' --driver-memory "${SPARK_DRIVER_MEMORY:-1g}" \
       --driver-java-options "-Djava.io.tmpdir=$dir/tmp -Dderby.system.home=$dir/tmp" \
-      --jars "$ICEBERG_JAR,$PG_JAR" \
+      --jars "$jars" "${s3[@]}" \
       --conf spark.connect.grpc.binding.address=127.0.0.1 \
       --conf spark.connect.grpc.binding.port="$port" \
       --conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1 \

@@ -20,6 +20,10 @@
 #   TRINO_HEAP        max heap (default 1500m: a 2-core, shared test box)
 #   TRINO_QUERY_MEMORY a query's memory limit on the node (default 512MB; bench/tpch at SF 1
 #                     raises it with the heap)
+#   S3_CATALOG, S3_WAREHOUSE  a second Trino catalog S3_CATALOG (also its catalog_name in the
+#                     JDBC catalog) whose tables live on S3 under S3_WAREHOUSE, read through
+#                     Trino's native S3 file system with AWS_ENDPOINT_URL, AWS_REGION,
+#                     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (path-style addressing)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -65,6 +69,14 @@ is_our_server() { # PID
   [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q io.trino.server.TrinoServer
 }
 
+# The Iceberg connector's properties for the JDBC catalog NAME on PG_URL.
+jdbc_catalog() { # NAME PG_URL WAREHOUSE
+  printf '%s\n' connector.name=iceberg iceberg.catalog.type=jdbc \
+    "iceberg.jdbc-catalog.catalog-name=$1" iceberg.jdbc-catalog.driver-class=org.postgresql.Driver \
+    "iceberg.jdbc-catalog.connection-url=$2" iceberg.jdbc-catalog.connection-user=postgres \
+    "iceberg.jdbc-catalog.default-warehouse-dir=$3"
+}
+
 cmd_start() {
   local dir=$1 port=$2 pg_url=$3 catalog=$4 warehouse=$5
   [[ $port =~ ^[0-9]+$ ]] || die "bad port: $port"
@@ -108,17 +120,18 @@ query.max-memory-per-node=${TRINO_QUERY_MEMORY:-512MB}
 EOF
   # The Iceberg connector on the JDBC catalog; the native local filesystem serves file:// (and
   # local://) locations, resolved under local.location.
-  cat >"$dir/etc/catalog/lake.properties" <<EOF
-connector.name=iceberg
-iceberg.catalog.type=jdbc
-iceberg.jdbc-catalog.catalog-name=$catalog
-iceberg.jdbc-catalog.driver-class=org.postgresql.Driver
-iceberg.jdbc-catalog.connection-url=$pg_url
-iceberg.jdbc-catalog.connection-user=postgres
-iceberg.jdbc-catalog.default-warehouse-dir=$warehouse
-fs.native-local.enabled=true
-local.location=/
-EOF
+  { jdbc_catalog "$catalog" "$pg_url" "$warehouse"
+    printf '%s\n' fs.native-local.enabled=true local.location=/
+  } >"$dir/etc/catalog/lake.properties"
+  if [ -n "${S3_CATALOG:-}" ]; then
+    [[ $S3_CATALOG =~ ^[a-z_][a-z0-9_]*$ ]] || die "bad S3_CATALOG: $S3_CATALOG"
+    { jdbc_catalog "$S3_CATALOG" "$pg_url" "${S3_WAREHOUSE:?S3_WAREHOUSE}"
+      printf '%s\n' fs.native-s3.enabled=true "s3.endpoint=${AWS_ENDPOINT_URL:?AWS_ENDPOINT_URL}" \
+        "s3.region=${AWS_REGION:-us-east-1}" s3.path-style-access=true \
+        "s3.aws-access-key=${AWS_ACCESS_KEY_ID:?AWS_ACCESS_KEY_ID}" \
+        "s3.aws-secret-key=${AWS_SECRET_ACCESS_KEY:?AWS_SECRET_ACCESS_KEY}"
+    } >"$dir/etc/catalog/$S3_CATALOG.properties"
+  fi
   mkdir -p "$dir/data/tmp"
   rm -f "$dir/pid"
 

@@ -6,6 +6,9 @@ engine (pinned) and routed, comparing column types and text row by row.
 - The files must be PostgreSQL's answers: run against the oracle itself, every record matches.
 - A pinned Trino, Spark or DuckDB may refuse a statement (an error, never an answer); DataFusion
   and routed sessions must answer.
+- Every engine runs it twice: over the lake on local disk and over the same rows on S3 (the
+  estate's `s3lake` catalog, served by a second lakegate; Trino and Spark read it through their
+  own S3 file systems). The answers must not depend on where the files are.
 - What is not yet PostgreSQL's answer is listed, per engine, in tests/conformance/known_gaps.tsv;
   anything else wrong or failing fails this test. `LAKEGATE_CONFORMANCE_UPDATE=1` rewrites that
   list from this run (review the diff: a new line is a new gap).
@@ -45,11 +48,12 @@ def known_gaps() -> set[tuple[str, str, str]]:
     return {(e, o, sql) for e, o, sql in rows}
 
 
-@pytest.fixture(scope="module")
-def conformance(engine_estate, tmp_path_factory):
-    """One run of the suite per engine: {engine: report}."""
-    out = tmp_path_factory.mktemp("conformance")
-    lakegate = f"postgresql://tester@127.0.0.1:{engine_estate.gateway.port}/lakegate"
+@pytest.fixture(scope="module", params=["local", "s3"])
+def conformance(engine_estate, tmp_path_factory, request):
+    """One run of the suite per engine over one storage: {engine: report}."""
+    out = tmp_path_factory.mktemp(f"conformance-{request.param}")
+    gateway = engine_estate.gateway if request.param == "local" else engine_estate.s3_gateway
+    lakegate = f"postgresql://tester@127.0.0.1:{gateway.port}/lakegate"
     reports = {}
     for engine in ENGINES:
         path = out / f"{engine}.jsonl"
@@ -70,10 +74,11 @@ def test_the_expected_results_are_postgresqls_own(engine_estate, tmp_path):
     assert report["records"] >= 300 and report["matched"] == report["records"], report
 
 
-def test_every_engine_gives_postgresqls_answer_or_refuses(conformance):
+def test_every_engine_gives_postgresqls_answer_or_refuses(conformance, request):
     seen = {(engine, m["outcome"], m["sql"]) for engine, r in conformance.items()
             for m in r["misses"] if m["outcome"] in ("wrong", "failed")}
-    if os.environ.get("LAKEGATE_CONFORMANCE_UPDATE"):
+    # The gaps are the same on every storage: the local run writes them.
+    if os.environ.get("LAKEGATE_CONFORMANCE_UPDATE") and "local" in request.node.name:
         KNOWN.write_text(
             "# engine\toutcome\tstatement — records not yet PostgreSQL's answer (see README)\n"
             + "".join(f"{e}\t{o}\t{s}\n" for e, o, s in sorted(seen)))

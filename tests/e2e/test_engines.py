@@ -74,13 +74,19 @@ def expected_rows(reader, sql: str, params):
     return normalise(reader.execute(duck_sql, list(params or [])).fetchall())
 
 
+@pytest.mark.parametrize("storage", ["local", "s3"])
 @pytest.mark.parametrize("name,sql,params", CONFORMANCE, ids=[c[0] for c in CONFORMANCE])
-def test_every_engine_gives_the_independent_readers_answer(estate, reader, name, sql, params):
+def test_every_engine_gives_the_independent_readers_answer(estate, reader, name, sql, params,
+                                                           storage):
+    """On the lake on local disk, and on the same rows on S3 (`s3lake`, its with_deletes
+    written by Spark through S3FileIO)."""
     want = expected_rows(reader, sql, params)
     assert want, f"{name}: the reference answer must not be empty"
     types = {}
+    gateway = estate.gateway if storage == "local" else estate.s3_gateway
     for engine in ENGINES:
-        with connect(estate, engine) as conn:
+        with psycopg.connect(gateway.dsn, autocommit=True,
+                             options=f"-c lakegate.engine={engine}") as conn:
             cur = conn.execute(sql, params)
             got = normalise(cur.fetchall())
             types[engine] = [d.type_code for d in cur.description]
