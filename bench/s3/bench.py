@@ -4,7 +4,8 @@ DataFusion and DuckDB through lakegate's pgwire endpoint (see run.sh).
 The S3 server is moto (scripts/s3-server.sh); the latency is added by tests/fixtures/s3_proxy.py,
 which also counts every request the gateway's engines make (DataFusion's FileIO and DuckDB's
 httpfs alike). The result cache is off: every statement is executed. Printed: cold (first
-statement after start) and warm (median) milliseconds, object-store requests per warm statement,
+statement after start) and warm (median) milliseconds (the four gateways run at once and take
+turns), object-store requests per warm statement,
 what the first statement after a commit fetches, and compaction on S3 vs local.
 """
 from __future__ import annotations
@@ -134,24 +135,22 @@ def shapes(setup: Setup, engine: str, out: dict) -> None:
             out[setup.name, engine, shape] = (cold, statistics.median(warm), per)
 
 
-def tpch_runs(setup: Setup, engine: str, suite: Path, out: dict, work: Path) -> None:
+def tpch_run(setup: Setup, engine: str, run: str, suite: Path, out: dict, work: Path) -> None:
+    """One pass of the 22 queries; appends (ms of answered, matched, wrong, requests)."""
     tool = Path(os.environ["LAKEGATE_BIN"]).with_name("lakegate-slt")
     url = f"postgresql://bench@127.0.0.1:{setup.gw.port}/lakegate"
-    results = []
-    for run in ("cold", "warm"):
-        slug = "".join(ch if ch.isalnum() else "_" for ch in setup.name)
-        report = work / f"{slug}-{engine}-{run}.jsonl"
-        before = setup.count()
-        subprocess.run([str(tool), "--url", url, "--engine", engine, "--report", str(report),
-                        str(suite)], capture_output=True, text=True, timeout=7200)
-        after = setup.count()
-        summary = json.loads(report.read_text().splitlines()[-1])
-        refused = {m["loc"] for m in summary["misses"]}
-        wrong = [m for m in summary["misses"] if m["outcome"] in ("wrong", "failed")]
-        ms = sum(t["ms"] for t in summary["times"] if t["loc"] not in refused)
-        results.append((ms, summary["matched"], len(wrong),
-                        None if before is None else after - before))
-    out[setup.name, engine, "tpch"] = results
+    slug = "".join(ch if ch.isalnum() else "_" for ch in setup.name)
+    report = work / f"{slug}-{engine}-{run}.jsonl"
+    before = setup.count()
+    subprocess.run([str(tool), "--url", url, "--engine", engine, "--report", str(report),
+                    str(suite)], capture_output=True, text=True, timeout=7200)
+    after = setup.count()
+    summary = json.loads(report.read_text().splitlines()[-1])
+    refused = {m["loc"] for m in summary["misses"]}
+    wrong = [m for m in summary["misses"] if m["outcome"] in ("wrong", "failed")]
+    ms = sum(t["ms"] for t in summary["times"] if t["loc"] not in refused)
+    out.setdefault((setup.name, engine, "tpch"), []).append(
+        (ms, summary["matched"], len(wrong), None if before is None else after - before))
 
 
 def compaction(name: str, cat, flags: list[str], env: dict, proxy_endpoint, work: Path) -> dict:
@@ -219,19 +218,21 @@ def main() -> None:
                             "--engine", "datafusion", "--complete", str(suite)],
                            check=True, capture_output=True, timeout=7200)
         out: dict = {}
-        for setup in [first,
-                      lambda: Setup("s3", s3_flags, s3_env),
+        # All four gateways run at once and take turns, so drift on the machine (moto's memory,
+        # the page cache) falls on every column alike.
+        for setup in [lambda: Setup("s3", s3_flags, s3_env),
                       lambda: Setup("s3 +10ms", s3_flags, slow_env, slow),
                       lambda: Setup("s3 +10ms, no cache", s3_flags, slow_env, slow, cache=False)]:
-            if callable(setup):
-                setup = setup()
-                setups.append(setup)
-            for engine in ENGINES:
+            setups.append(setup())
+        for engine in ENGINES:
+            for setup in setups:
                 shapes(setup, engine, out)
-                tpch_runs(setup, engine, suite, out, root)
-                print(f"{setup.name} / {engine}: done", flush=True)
-            if setup.name == "s3 +10ms":
-                commit = after_commit(remote, setup)
+            for run in ("cold", "warm"):
+                for setup in setups:
+                    tpch_run(setup, engine, run, suite, out, root)
+            print(f"{engine}: done", flush=True)
+        commit = after_commit(remote, setups[2])
+        for setup in list(setups):
             setup.stop()
             setups.remove(setup)
         comp = {"local": compaction("local", local, local_flags, {}, None, root),
