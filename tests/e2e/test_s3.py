@@ -357,11 +357,16 @@ def test_a_store_that_goes_away_mid_query_fails_the_statement_in_bounded_time(
     endpoint is back the next statement answers."""
     import threading
     port = free_port()
-    proxy = start_proxy(s3_lake["endpoint"], port, delay_ms=400)
+    proxy = start_proxy(s3_lake["endpoint"], port)
     gw = gateway_through(s3_lake, port, tmp_path)
     sql = "SELECT count(*) FROM shop.orders"
     try:
         want = answer(gw, sql, "datafusion")
+        # Every request now waits 2 s in the proxy: the endpoint dies while the statement's
+        # first read is in flight.
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/__proxy/config?delay_ms=2000", method="POST"),
+            timeout=10).close()
         with psycopg.connect(f"postgresql://tester@127.0.0.1:{gw.port}/lakegate",
                              autocommit=True, options="-c lakegate.engine=datafusion") as conn:
             threading.Timer(0.8, proxy.kill).start()
