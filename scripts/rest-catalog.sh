@@ -18,6 +18,11 @@
 #   REST_CATALOG_JAVA_OPTS   JVM options (default: small heap, fast startup)
 #   CATALOG_*                passed through by the server as catalog properties
 #                            (CATALOG_FOO__BAR_BAZ -> foo-bar.baz); see RCKUtils in Iceberg.
+#   REST_WAREHOUSE           the warehouse (default file://DIR/warehouse); an s3:// one is
+#                            written through Iceberg's S3FileIO (iceberg-aws and its AWS SDK
+#                            bundle, fetched once into .cache/rest-catalog/s3-jars) with
+#                            AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
+#                            AWS_SECRET_ACCESS_KEY, path-style.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -164,14 +169,23 @@ cmd_start() {
   mkdir -p "$dir/warehouse" "$dir/tmp"
   rm -f "$dir/rest.pid"
 
-  local t0=$SECONDS
+  local t0=$SECONDS warehouse=${REST_WAREHOUSE:-file://$dir/warehouse} extra=""
+  if [[ $warehouse == s3://* ]]; then
+    extra=":$(s3_jars)/*"
+    export CATALOG_IO__IMPL=org.apache.iceberg.aws.s3.S3FileIO
+    export CATALOG_S3_ENDPOINT="${AWS_ENDPOINT_URL:?AWS_ENDPOINT_URL}"
+    export CATALOG_S3_PATH__STYLE__ACCESS=true
+    export CATALOG_S3_ACCESS__KEY__ID="${AWS_ACCESS_KEY_ID:?AWS_ACCESS_KEY_ID}"
+    export CATALOG_S3_SECRET__ACCESS__KEY="${AWS_SECRET_ACCESS_KEY:?AWS_SECRET_ACCESS_KEY}"
+    export CATALOG_CLIENT_REGION="${AWS_REGION:-us-east-1}"
+  fi
   # shellcheck disable=SC2086
-  CATALOG_WAREHOUSE="file://$dir/warehouse" \
+  CATALOG_WAREHOUSE="$warehouse" \
   CATALOG_URI="jdbc:sqlite:$dir/catalog.db" \
   CATALOG_REST_PORT="$port" \
     nohup "$java" ${REST_CATALOG_JAVA_OPTS:--Xms32m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} \
       -Djava.io.tmpdir="$dir/tmp" -Drest.host=127.0.0.1 \
-      -cp "$LAUNCHER/classes:$JARS/*" "$LAUNCHER_CLASS" \
+      -cp "$LAUNCHER/classes:$JARS/*$extra" "$LAUNCHER_CLASS" \
       </dev/null >"$dir/rest.log" 2>&1 &
   local pid=$!
   echo "$pid" >"$dir/rest.pid"
@@ -190,7 +204,26 @@ cmd_start() {
     fi
     sleep 0.2
   done
-  echo "rest-catalog: up on http://127.0.0.1:$port (pid $pid, warehouse file://$dir/warehouse)" >&2
+  echo "rest-catalog: up on http://127.0.0.1:$port (pid $pid, warehouse $warehouse)" >&2
+}
+
+# iceberg-aws (S3FileIO), its AWS SDK bundle and failsafe, of the server's Iceberg version;
+# prints the folder.
+s3_jars() {
+  local out=$CACHE/s3-jars version
+  version=$(ls "$JARS"/iceberg-core-*.jar | grep -v tests | sed 's/.*iceberg-core-\(.*\)\.jar/\1/' | head -1)
+  if [ ! -f "$out/.complete-$version" ]; then
+    command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
+    mkdir -p "$out"
+    # iceberg-aws's one runtime dependency outside the bundle: failsafe (its retries).
+    for a in "org.apache.iceberg:iceberg-aws:$version" "org.apache.iceberg:iceberg-aws-bundle:$version" \
+             dev.failsafe:failsafe:3.3.2; do
+      mvn -B -q dependency:copy -Dartifact="$a" -DoutputDirectory="$out" >&2 \
+        || die "mvn could not fetch $a"
+    done
+    touch "$out/.complete-$version"
+  fi
+  echo "$out"
 }
 
 cmd_stop() {

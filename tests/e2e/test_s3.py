@@ -433,3 +433,45 @@ def test_a_compaction_killed_mid_write_commits_nothing(s3_lake, s3_gateway, tmp_
     maintain(s3_lake, tmp_path, min_input_files=1000, orphan_min_age="1s")
     assert not (orphans & stored()), orphans & stored()
     assert answer(s3_gateway, sql, "datafusion") == before
+
+
+def test_a_rest_catalog_whose_tables_live_on_s3(s3_lake, tmp_path):
+    """Iceberg's own REST catalog server with an s3:// warehouse (S3FileIO): PyIceberg writes
+    through it, lakegate reads on DataFusion and DuckDB with only the AWS variables set, and
+    sees the next commit."""
+    from pyiceberg.catalog import load_catalog
+    port = free_port()
+    script = str(ROOT / "scripts" / "rest-catalog.sh")
+    env = dict(os.environ, **KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"],
+               REST_WAREHOUSE="s3://lake/rest")
+    subprocess.run([script, "start", str(tmp_path / "rest"), str(port)], check=True,
+                   timeout=300, env=env)
+    gw = None
+    try:
+        cat = load_catalog("rest", type="rest", uri=f"http://127.0.0.1:{port}", **{
+            "s3.endpoint": s3_lake["endpoint"], "s3.access-key-id": KEYS["AWS_ACCESS_KEY_ID"],
+            "s3.secret-access-key": KEYS["AWS_SECRET_ACCESS_KEY"], "s3.region": "us-east-1",
+            "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"})
+        cat.create_namespace("shop")
+        table = cat.create_table("shop.orders", schema=rows(1, 1).schema)
+        assert table.location().startswith("s3://lake/rest/"), table.location()
+        table.append(rows(1, 200))
+        saved = dict(os.environ)
+        os.environ.update(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
+        try:
+            gw = start_gateway(["--catalog-uri", f"http://127.0.0.1:{port}",
+                                "--catalog-name", "lake"])
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        sql = "SELECT count(*), sum(amount) FROM shop.orders"
+        for engine in ("datafusion", "duckdb"):
+            assert answer(gw, sql, engine) == [(200, decimal.Decimal("5025.00"))], engine
+        table.append(rows(201, 10))
+        for engine in ("datafusion", "duckdb"):
+            assert answer(gw, sql, engine)[0][0] == 210, engine
+    finally:
+        if gw is not None:
+            gw.proc.terminate()
+            gw.proc.wait(timeout=15)
+        subprocess.run([script, "stop", str(tmp_path / "rest")], check=False, timeout=60)
