@@ -92,16 +92,10 @@ class Setup:
 
     def __init__(self, name, flags, env, proxy_endpoint=None, cache=True):
         self.name, self.proxy = name, proxy_endpoint
-        saved = dict(os.environ)
-        os.environ.update(env)
         cfg = Path(tempfile.mkdtemp(prefix="lakegate-s3bench-")) / "gw.toml"
         cfg.write_text("[cache]\nenabled = false\n"
                        f"[storage.cache]\nenabled = {'true' if cache else 'false'}\n")
-        try:
-            self.gw = start_gateway([*flags, "--config", str(cfg)])
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        self.gw = start_gateway([*flags, "--config", str(cfg)], env=env)
 
     def stop(self):
         self.gw.proc.terminate()

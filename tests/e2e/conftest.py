@@ -37,10 +37,14 @@ class Gateway:
         return f"postgresql://tester@127.0.0.1:{self.port}/lakegate"
 
 
-def start_gateway(flags: list[str], extra: list[str] | None = None) -> Gateway:
+def start_gateway(flags: list[str], extra: list[str] | None = None,
+                  env: dict[str, str] | None = None) -> Gateway:
+    """`lakegate serve` on free ports; `env` adds to (or overrides) this process's environment
+    for the gateway alone (the AWS_* variables of an S3 lake)."""
     cmd = [lakegate_bin(), "serve", *flags, "--pg-listen", "127.0.0.1:0",
            "--flight-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *(extra or [])]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **(env or {})))
     deadline = time.time() + 60
     while time.time() < deadline:
         line = proc.stdout.readline()

@@ -68,17 +68,9 @@ def s3_lake():
 
 def gateway_on_s3(s3_lake, catalog: str, warehouse: str):
     """A gateway started with the AWS variables as its only storage settings."""
-    saved = {k: os.environ.get(k) for k in [*KEYS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
-    try:
-        return start_gateway(["--catalog-uri", f"sqlite://{catalog}", "--catalog-name", "lake",
-                              "--warehouse", warehouse])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return start_gateway(["--catalog-uri", f"sqlite://{catalog}", "--catalog-name", "lake",
+                          "--warehouse", warehouse],
+                         env=dict(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"]))
 
 
 @pytest.fixture(scope="module")
@@ -264,15 +256,12 @@ def test_credentials_the_store_refuses_are_named_without_the_secret(s3_lake, tmp
                    timeout=60, env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0"))
     try:
         shutil.copy(s3_lake["root"] / "catalog.db", tmp_path / "catalog.db")
-        saved = dict(os.environ)
-        os.environ.update(AWS_ACCESS_KEY_ID="AKIAWRONGKEY", AWS_SECRET_ACCESS_KEY="wrong-secret",
-                          AWS_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-        try:
-            gw = start_gateway(["--catalog-uri", f"sqlite://{tmp_path}/catalog.db",
-                                "--catalog-name", "lake", "--warehouse", "s3://lake/warehouse"])
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        gw = start_gateway(["--catalog-uri", f"sqlite://{tmp_path}/catalog.db",
+                            "--catalog-name", "lake", "--warehouse", "s3://lake/warehouse"],
+                           env={"AWS_ACCESS_KEY_ID": "AKIAWRONGKEY",
+                                "AWS_SECRET_ACCESS_KEY": "wrong-secret",
+                                "AWS_REGION": "us-east-1",
+                                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"})
         try:
             for engine in ("datafusion", "duckdb"):
                 with psycopg.connect(f"postgresql://tester@127.0.0.1:{gw.port}/lakegate",
@@ -291,6 +280,14 @@ def test_credentials_the_store_refuses_are_named_without_the_secret(s3_lake, tmp
             gw.proc.wait(timeout=15)
     finally:
         subprocess.run([SCRIPT, "stop", str(tmp_path / "auth-s3")], check=False, timeout=60)
+
+
+def proxy_call(port: int, path: str) -> dict:
+    """The proxy's control endpoint: `stats`, `reset` or `config?key=value` (POST); its counters."""
+    method = "GET" if path == "stats" else "POST"
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/__proxy/{path}", method=method)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def start_proxy(upstream: str, port: int, delay_ms: float = 0) -> subprocess.Popen:
@@ -314,15 +311,10 @@ def gateway_through(s3_lake, port: int, tmp_path) -> object:
     statement reads the store)."""
     cfg = tmp_path / "gw.toml"
     cfg.write_text("[cache]\nenabled = false\n[storage.cache]\nenabled = false\n")
-    saved = dict(os.environ)
-    os.environ.update(KEYS, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-    try:
-        return start_gateway(["--catalog-uri", f"sqlite://{s3_lake['root']}/catalog.db",
-                              "--catalog-name", "lake", "--warehouse", "s3://lake/warehouse",
-                              "--config", str(cfg)])
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    return start_gateway(["--catalog-uri", f"sqlite://{s3_lake['root']}/catalog.db",
+                          "--catalog-name", "lake", "--warehouse", "s3://lake/warehouse",
+                          "--config", str(cfg)],
+                         env=dict(KEYS, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}"))
 
 
 def test_throttling_is_retried(s3_lake, tmp_path):
@@ -334,14 +326,11 @@ def test_throttling_is_retried(s3_lake, tmp_path):
     sql = "SELECT count(*), sum(amount) FROM shop.orders"
     try:
         want = answer(gw, sql, "datafusion")
-        urllib.request.urlopen(urllib.request.Request(
-            f"http://127.0.0.1:{port}/__proxy/config?slowdown_every=3", method="POST"),
-            timeout=10).close()
+        proxy_call(port, "config?slowdown_every=3")
         for engine in ("datafusion", "duckdb"):
             for _ in range(3):
                 assert answer(gw, sql, engine) == want, engine
-        stats = json.loads(urllib.request.urlopen(
-            f"http://127.0.0.1:{port}/__proxy/stats", timeout=10).read())
+        stats = proxy_call(port, "stats")
         assert stats["slowdowns"] >= 3, stats
     finally:
         proxy.kill()
@@ -364,9 +353,7 @@ def test_a_store_that_goes_away_mid_query_fails_the_statement_in_bounded_time(
         want = answer(gw, sql, "datafusion")
         # Every request now waits 2 s in the proxy: the endpoint dies while the statement's
         # first read is in flight.
-        urllib.request.urlopen(urllib.request.Request(
-            f"http://127.0.0.1:{port}/__proxy/config?delay_ms=2000", method="POST"),
-            timeout=10).close()
+        proxy_call(port, "config?delay_ms=2000")
         with psycopg.connect(f"postgresql://tester@127.0.0.1:{gw.port}/lakegate",
                              autocommit=True, options="-c lakegate.engine=datafusion") as conn:
             threading.Timer(0.8, proxy.kill).start()
@@ -415,8 +402,7 @@ def test_a_compaction_killed_mid_write_commits_nothing(s3_lake, s3_gateway, tmp_
                                stderr=subprocess.DEVNULL)
         deadline = time.time() + 120
         while time.time() < deadline:
-            stats = json.loads(urllib.request.urlopen(
-                f"http://127.0.0.1:{port}/__proxy/stats", timeout=10).read())
+            stats = proxy_call(port, "stats")
             if stats["answered"].get("PUT", 0) + stats["answered"].get("POST", 0) > 0:
                 break
             assert run.poll() is None, "maintenance ended before writing"
@@ -456,14 +442,9 @@ def test_a_rest_catalog_whose_tables_live_on_s3(s3_lake, tmp_path):
         table = cat.create_table("shop.orders", schema=rows(1, 1).schema)
         assert table.location().startswith("s3://lake/rest/"), table.location()
         table.append(rows(1, 200))
-        saved = dict(os.environ)
-        os.environ.update(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"])
-        try:
-            gw = start_gateway(["--catalog-uri", f"http://127.0.0.1:{port}",
-                                "--catalog-name", "lake"])
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        gw = start_gateway(["--catalog-uri", f"http://127.0.0.1:{port}",
+                            "--catalog-name", "lake"],
+                           env=dict(KEYS, AWS_ENDPOINT_URL=s3_lake["endpoint"]))
         sql = "SELECT count(*), sum(amount) FROM shop.orders"
         for engine in ("datafusion", "duckdb"):
             assert answer(gw, sql, engine) == [(200, decimal.Decimal("5025.00"))], engine
