@@ -137,7 +137,11 @@ def test_an_unchanged_table_is_served_from_the_object_cache(s3_lake, s3_gateway)
     assert after.get("get", 0) - before.get("get", 0) <= 3, (before, after)
     assert after.get("range_get", 0) - before.get("range_get", 0) == 1, (before, after)
     metrics = urllib.request.urlopen(f"{s3_gateway.http}/metrics", timeout=10).read().decode()
-    assert 'lakegate_object_cache{stat="hits",tier="metadata"}' in metrics
+    # These files are smaller than the footer prefetch: the footer read holds the whole file,
+    # so every later read is a metadata-tier hit.
+    hits = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+            if line.startswith('lakegate_object_cache{stat="hits",tier="metadata"}')]
+    assert hits and hits[0] > 0, hits
 
 
 def test_the_catalog_lists_the_s3_table(s3_gateway):
