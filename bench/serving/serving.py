@@ -1,0 +1,247 @@
+"""Serving speed: lakegate next to PostgreSQL holding the same rows with indexes (see run.sh).
+
+shop.orders is written as a streaming writer leaves it — COMMITS small appends into a table
+partitioned by day(event_ts), so each commit adds a few files and one manifest — then read by
+pgbench (`-M extended` and `-M simple`, CLIENTS clients) on both servers: SELECT 1, a point
+lookup on 100 hot ids (result-cache hits), a point lookup over all ids (misses), one customer's
+last 20 orders, the dashboard aggregate repeated (hits), and the dashboard with lakegate's result
+cache off. Each case on the table as streamed and after `lakegate maintenance run --once`.
+Printed per case: tps of both, the ratio, and lakegate's CPU per statement (utime+stime of the
+gateway process from /proc over the transactions pgbench counted). Then ADBC over Flight SQL for
+the point lookup, the gateway's idle RSS, and its RSS with 1,000 idle connections open.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from conftest import start_gateway  # noqa: E402
+from engine_estate import free_port  # noqa: E402
+
+ROWS = int(os.environ.get("BENCH_ROWS", "50000"))
+COMMITS = int(os.environ.get("BENCH_COMMITS", "150"))
+CLIENTS = int(os.environ.get("BENCH_CLIENTS", "8"))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
+CUSTOMERS = 2000
+START = dt.datetime(2024, 1, 1)
+# Consecutive orders are this far apart, so one commit's rows span three to four days.
+STEP = dt.timedelta(seconds=int(3.45 * 86400 * COMMITS / ROWS))
+HOT = 100
+CLK = os.sysconf("SC_CLK_TCK")
+
+CASES = [
+    ("SELECT 1", "SELECT 1;\n", "cached"),
+    (f"point, {HOT} hot ids", f"\\set id random(1, {HOT})\n"
+     "SELECT * FROM shop.orders WHERE order_id = :id;\n", "cached"),
+    ("point, all ids", f"\\set id random(1, {ROWS})\n"
+     "SELECT * FROM shop.orders WHERE order_id = :id;\n", "cached"),
+    ("customer's last 20", f"\\set c random(0, {CUSTOMERS - 1})\n"
+     "SELECT * FROM shop.orders WHERE customer_id = :c ORDER BY event_ts DESC LIMIT 20;\n",
+     "cached"),
+    ("dashboard", "SELECT status, count(*), sum(amount) FROM shop.orders "
+     "GROUP BY status ORDER BY status;\n", "cached"),
+    ("dashboard, cache off", "SELECT status, count(*), sum(amount) FROM shop.orders "
+     "GROUP BY status ORDER BY status;\n", "uncached"),
+]
+
+
+def orders(start: int, n: int) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({
+        "order_id": pa.array(ids, pa.int64()),
+        "customer_id": pa.array([i % CUSTOMERS for i in ids], pa.int64()),
+        "amount": pa.array([decimal.Decimal(i % 10_000) / 4 for i in ids], pa.decimal128(12, 2)),
+        "status": pa.array([("paid", "open", "shipped")[i % 3] for i in ids], pa.string()),
+        "event_ts": pa.array([START + STEP * i for i in ids], pa.timestamp("us")),
+    })
+
+
+def load_lake(root: Path) -> list[str]:
+    """shop.orders in COMMITS appends; the gateway flags for its catalog."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import (DecimalType, LongType, NestedField, StringType,
+                                 TimestampType)
+    root.mkdir(parents=True, exist_ok=True)
+    cat = SqlCatalog("lake", uri=f"sqlite:///{root}/catalog.db",
+                     warehouse=f"file://{root}/warehouse")
+    cat.create_namespace("shop")
+    schema = Schema(
+        NestedField(1, "order_id", LongType(), required=False),
+        NestedField(2, "customer_id", LongType(), required=False),
+        NestedField(3, "amount", DecimalType(12, 2), required=False),
+        NestedField(4, "status", StringType(), required=False),
+        NestedField(5, "event_ts", TimestampType(), required=False),
+        identifier_field_ids=[],
+    )
+    spec = PartitionSpec(PartitionField(5, 1000, DayTransform(), "event_day"))
+    t = cat.create_table("shop.orders", schema=schema, partition_spec=spec)
+    per = ROWS // COMMITS
+    for c in range(COMMITS):
+        t.append(orders(c * per + 1, per if c < COMMITS - 1 else ROWS - c * per))
+    files = len(t.inspect.files())
+    manifests = len(t.inspect.manifests())
+    print(f"shop.orders: {ROWS} rows in {COMMITS} commits, {files} files, {manifests} manifests",
+          flush=True)
+    return ["--catalog-uri", f"sqlite://{root}/catalog.db", "--catalog-name", "lake",
+            "--warehouse", f"file://{root}/warehouse"]
+
+
+def load_postgres(port: int) -> None:
+    """The same rows in PostgreSQL, with indexes on order_id and customer_id."""
+    table = orders(1, ROWS)
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres",
+                         autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA shop")
+        conn.execute("CREATE TABLE shop.orders (order_id bigint PRIMARY KEY, customer_id bigint, "
+                     "amount numeric(12,2), status text, event_ts timestamp)")
+        with conn.cursor().copy("COPY shop.orders FROM STDIN") as copy:
+            for row in zip(*(table.column(c).to_pylist() for c in table.column_names)):
+                copy.write_row(row)
+        conn.execute("CREATE INDEX ON shop.orders (customer_id)")
+        conn.execute("VACUUM ANALYZE shop.orders")
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pgbench(port: int, user: str, db: str, script: Path, mode: str) -> tuple[float, int]:
+    """(tps, transactions) of one pgbench run."""
+    done = subprocess.run(
+        ["pgbench", "-n", "-M", mode, "-c", str(CLIENTS), "-j", "2", "-T", str(SECONDS),
+         "-f", str(script), "-h", "127.0.0.1", "-p", str(port), "-U", user, db],
+        capture_output=True, text=True, timeout=SECONDS * 10 + 60)
+    tps, count = 0.0, 0
+    for line in done.stdout.splitlines():
+        if line.startswith("tps = "):
+            tps = float(line.split()[2])
+        if line.startswith("number of transactions actually processed"):
+            count = int(line.split(":")[1].split("/")[0])
+    if count == 0:
+        print(f"  pgbench failed on port {port}: {done.stderr.strip()[-400:]}", flush=True)
+    return tps, count
+
+
+def run_cases(label: str, pg_port: int, gateways: dict, work: Path, out: list) -> None:
+    for mode in ("extended", "simple"):
+        for name, sql, which in CASES:
+            script = work / "case.sql"
+            script.write_text(sql)
+            gw = gateways[which]
+            pg_tps, _ = pgbench(pg_port, "postgres", "postgres", script, mode)
+            before = cpu_ticks(gw.proc.pid)
+            lg_tps, count = pgbench(gw.port, "bench", "lakegate", script, mode)
+            ticks = cpu_ticks(gw.proc.pid) - before
+            us = ticks / CLK / count * 1e6 if count else float("nan")
+            out.append((label, mode, name, pg_tps, lg_tps, us))
+            ratio = lg_tps / pg_tps if pg_tps else float("nan")
+            print(f"{label:<9} {mode:<9} {name:<22} {pg_tps:>10.0f} {lg_tps:>10.1f} "
+                  f"{ratio:>7.3f} {us:>10.0f}", flush=True)
+
+
+def flight_point(gw, pg_port: int, n: int = 2000) -> None:
+    """Sequential point lookups: ADBC over Flight SQL (lakegate) vs psycopg (PostgreSQL)."""
+    import adbc_driver_flightsql.dbapi as flight
+    sql_lg = "SELECT * FROM shop.orders WHERE order_id = ?"
+    with flight.connect(f"grpc://127.0.0.1:{gw.flight_port}",
+                        db_kwargs={"username": "bench", "password": ""}) as conn:
+        cur = conn.cursor()
+        cur.execute(sql_lg, parameters=(1,))
+        cur.fetchall()
+        t = time.perf_counter()
+        for i in range(n):
+            cur.execute(sql_lg, parameters=((i * 7919) % ROWS + 1,))
+            cur.fetchall()
+        lg = n / (time.perf_counter() - t)
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{pg_port}/postgres") as conn:
+        t = time.perf_counter()
+        for i in range(n):
+            conn.execute("SELECT * FROM shop.orders WHERE order_id = %s",
+                         ((i * 7919) % ROWS + 1,), prepare=True).fetchall()
+        pg = n / (time.perf_counter() - t)
+    print(f"point lookup, one client: ADBC/Flight SQL on lakegate {lg:.0f}/s, psycopg on "
+          f"PostgreSQL {pg:.0f}/s, ratio {lg / pg:.3f}", flush=True)
+
+
+def idle_connections(gw, n: int = 1000) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, n + 200)), hard))
+    idle = rss_mb(gw.proc.pid)
+    conns = [psycopg.connect(f"postgresql://bench@127.0.0.1:{gw.port}/lakegate")
+             for _ in range(n)]
+    time.sleep(1)
+    held = rss_mb(gw.proc.pid)
+    for c in conns:
+        c.close()
+    print(f"gateway RSS: {idle:.0f} MB before, {held:.0f} MB with {n} idle connections "
+          f"(+{held - idle:.0f} MB)", flush=True)
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="lakegate-serving-"))
+    work.chmod(0o755)  # PostgreSQL runs as its own user (scripts/pg-server.sh)
+    pg_dir, pg_port = work / "pg", free_port()
+    subprocess.run([str(ROOT / "scripts" / "pg-server.sh"), "start", str(pg_dir), str(pg_port)],
+                   check=True, timeout=120)
+    gateways = {}
+    try:
+        flags = load_lake(work / "lake")
+        load_postgres(pg_port)
+        (work / "nocache.toml").write_text("[cache]\nenabled = false\n")
+        gateways["cached"] = start_gateway(flags)
+        gateways["uncached"] = start_gateway([*flags, "--config", str(work / "nocache.toml")])
+        time.sleep(1)
+        print(f"gateway idle RSS {rss_mb(gateways['cached'].proc.pid):.0f} MB; "
+              f"{CLIENTS} clients, {SECONDS} s per run, {os.cpu_count()} cores", flush=True)
+        print(f"{'table':<9} {'mode':<9} {'case':<22} {'pg tps':>10} {'lg tps':>10} "
+              f"{'lg/pg':>7} {'lg µs CPU':>10}", flush=True)
+        out: list = []
+        run_cases("streamed", pg_port, gateways, work, out)
+        maint = work / "maint.toml"
+        maint.write_text('[maintenance]\nmin_input_files = 2\nsettle_after = "1s"\n'
+                         f'log_path = "{work}/ops.jsonl"\n')
+        done = subprocess.run([os.environ["LAKEGATE_BIN"], "maintenance", "run", "--once",
+                               "--config", str(maint), *flags, "--table", "shop.orders"],
+                              capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise SystemExit(f"maintenance failed:\n{done.stderr[-3000:]}")
+        run_cases("maintained", pg_port, gateways, work, out)
+        print(f"gateway RSS after the runs {rss_mb(gateways['cached'].proc.pid):.0f} MB",
+              flush=True)
+        flight_point(gateways["uncached"], pg_port)
+        idle_connections(gateways["cached"])
+    finally:
+        for gw in gateways.values():
+            gw.proc.terminate()
+            gw.proc.wait(timeout=30)
+        subprocess.run([str(ROOT / "scripts" / "pg-server.sh"), "stop", str(pg_dir)],
+                       timeout=120)
+
+
+if __name__ == "__main__":
+    main()
