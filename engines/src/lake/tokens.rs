@@ -1,21 +1,104 @@
 //! Version tokens: the current metadata location of a table, looked up as cheaply as the
 //! catalog allows (one indexed row read in a SQL catalog).
+//!
+//! Every statement reads its tables' tokens, so a lookup is one round trip and nothing more:
+//! the connections are kept here rather than in sqlx's pool, whose release pings each
+//! connection (a second round trip per statement in sqlx 0.8).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use iceberg::{Catalog, TableIdent};
-use sqlx::AnyPool;
-use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyConnection, Connection};
+use tokio::sync::Semaphore;
 
 use super::{CatalogKind, LakeConfig};
 use crate::error::{Error, Result};
+
+/// At most this many lookups run at once (each on its own connection).
+const CONNECTIONS: usize = 8;
+
+/// The catalog database's connections for token lookups: idle ones are reused, one that
+/// failed is dropped, and a lookup that failed on a reused connection (the server closed an
+/// idle one, or restarted) is tried once more on a new one.
+pub(super) struct Connections {
+    uri: String,
+    idle: Mutex<Vec<AnyConnection>>,
+    permits: Semaphore,
+}
+
+impl Connections {
+    async fn connect(uri: &str) -> Result<Self> {
+        let first = AnyConnection::connect(uri).await?;
+        Ok(Self {
+            uri: uri.to_string(),
+            idle: Mutex::new(vec![first]),
+            permits: Semaphore::new(CONNECTIONS),
+        })
+    }
+
+    fn take(&self) -> Option<AnyConnection> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn give_back(&self, connection: AnyConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < CONNECTIONS {
+            idle.push(connection);
+        }
+    }
+
+    /// The single-column row `query` finds for `(catalog, namespace, name)`.
+    async fn fetch(
+        &self,
+        query: &str,
+        binds: [&str; 3],
+    ) -> std::result::Result<Option<(Option<String>,)>, sqlx::Error> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let reused = self.take();
+        let was_reused = reused.is_some();
+        let mut connection = match reused {
+            Some(c) => c,
+            None => AnyConnection::connect(&self.uri).await?,
+        };
+        match fetch_row(&mut connection, query, binds).await {
+            Ok(row) => {
+                self.give_back(connection);
+                Ok(row)
+            }
+            Err(e) if was_reused && !matches!(e, sqlx::Error::Database(_)) => {
+                drop(connection);
+                let mut fresh = AnyConnection::connect(&self.uri).await?;
+                let row = fetch_row(&mut fresh, query, binds).await?;
+                self.give_back(fresh);
+                Ok(row)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+async fn fetch_row(
+    connection: &mut AnyConnection,
+    query: &str,
+    [catalog, namespace, name]: [&str; 3],
+) -> std::result::Result<Option<(Option<String>,)>, sqlx::Error> {
+    sqlx::query_as(query)
+        .bind(catalog)
+        .bind(namespace)
+        .bind(name)
+        .fetch_optional(connection)
+        .await
+}
 
 /// Where version tokens come from.
 pub(super) enum TokenSource {
     /// A direct query on the SQL catalog's `iceberg_tables`.
     Sql {
-        pool: AnyPool,
+        connections: Connections,
         query: String,
         catalog_name: String,
     },
@@ -31,14 +114,7 @@ impl TokenSource {
             CatalogKind::Rest => return Ok(Self::Rest),
         };
         sqlx::any::install_default_drivers();
-        let pool = AnyPoolOptions::new()
-            .max_connections(8)
-            .min_connections(1)
-            .idle_timeout(Duration::from_secs(300))
-            .acquire_timeout(Duration::from_secs(10))
-            .test_before_acquire(false)
-            .connect(&config.uri)
-            .await?;
+        let connections = Connections::connect(&config.uri).await?;
         let [a, b, c] = placeholders;
         let query = format!(
             "SELECT metadata_location FROM iceberg_tables \
@@ -46,7 +122,7 @@ impl TokenSource {
              AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
         );
         Ok(Self::Sql {
-            pool,
+            connections,
             query,
             catalog_name: config.name.clone(),
         })
@@ -60,15 +136,13 @@ impl TokenSource {
     ) -> Result<Option<String>> {
         match self {
             Self::Sql {
-                pool,
+                connections,
                 query,
                 catalog_name,
             } => {
-                let row: Option<(Option<String>,)> = sqlx::query_as(query)
-                    .bind(catalog_name.as_str())
-                    .bind(ident.namespace().join("."))
-                    .bind(ident.name())
-                    .fetch_optional(pool)
+                let namespace = ident.namespace().join(".");
+                let row = connections
+                    .fetch(query, [catalog_name, &namespace, ident.name()])
                     .await?;
                 Ok(row.and_then(|(loc,)| loc))
             }

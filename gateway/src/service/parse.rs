@@ -49,12 +49,22 @@ fn names_catalog(sql: &str) -> bool {
     has(b"pg_") || has(b"information_schema")
 }
 
-/// The gateway's parser.
+/// How much parsed SQL [`Parser`] keeps (weighed as the text's length: its statements take a
+/// few times that).
+const PARSED_BYTES: u64 = 16 << 20;
+
+/// Statements longer than this are parsed every time (a generated query is rarely repeated).
+const PARSED_MAX_SQL: usize = 64 << 10;
+
+/// The gateway's parser. Parsing is a pure function of the text, so the statements of texts
+/// seen before are kept: an application or dashboard sends the same few texts over and over,
+/// and each costs a parse and every rewrite otherwise.
 pub struct Parser {
     inner: PostgresCompatibilityParser,
     /// See [`lake_rules`].
     lake: Vec<Arc<dyn SqlStatementRewriteRule>>,
     max_call_nesting: usize,
+    parsed: moka::sync::Cache<Arc<str>, Arc<Vec<Statement>>>,
 }
 
 impl Parser {
@@ -64,6 +74,10 @@ impl Parser {
             inner: PostgresCompatibilityParser::new(),
             lake: lake_rules(),
             max_call_nesting,
+            parsed: moka::sync::Cache::builder()
+                .max_capacity(PARSED_BYTES)
+                .weigher(|sql: &Arc<str>, _| u32::try_from(sql.len()).unwrap_or(u32::MAX))
+                .build(),
         }
     }
 
@@ -91,6 +105,19 @@ impl Parser {
     /// # Errors
     /// [`Error::Syntax`], [`Error::TooComplex`].
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        if let Some(hit) = self.parsed.get(sql) {
+            return Ok(hit.as_ref().clone());
+        }
+        let statements = self.parse_text(sql)?;
+        if sql.len() <= PARSED_MAX_SQL {
+            self.parsed
+                .insert(Arc::from(sql), Arc::new(statements.clone()));
+        }
+        Ok(statements)
+    }
+
+    /// [`Parser::parse`] without the kept statements.
+    fn parse_text(&self, sql: &str) -> Result<Vec<Statement>> {
         if let Some(depth) = lakegate_sql::nesting::call_depth(sql)
             && depth > self.max_call_nesting
         {
@@ -323,5 +350,33 @@ mod tests {
             "WITH RECURSIVE t (n, s) AS (SELECT * FROM (SELECT 1 AS n, 'a''b' AS s) __lakegate_static (n, s) \
              UNION ALL SELECT n + 1, s FROM t WHERE n < 3) SELECT * FROM t"
         );
+    }
+
+    #[test]
+    fn a_text_parsed_again_gives_the_same_statements_and_errors_stay_errors() {
+        let parser = super::Parser::new(64);
+        let sql = "SELECT relname FROM pg_class; SELECT 1.5 AS x";
+        let first = parser.parse(sql).expect("parses");
+        parser.parsed.run_pending_tasks();
+        assert_eq!(parser.parsed.entry_count(), 1, "the text is kept");
+        let again = parser.parse(sql).expect("parses again");
+        assert_eq!(first, again);
+        assert_eq!(
+            again[0].to_string(),
+            "SELECT relname FROM pg_catalog.pg_class"
+        );
+        // A caller's changes to its copy do not reach the kept statements.
+        let mut changed = parser.parse(sql).expect("parses");
+        changed.clear();
+        assert_eq!(parser.parse(sql).expect("kept").len(), 2);
+        // A syntax error is not kept: it fails every time.
+        for _ in 0..2 {
+            assert!(matches!(parser.parse("SELEC 1"), Err(Error::Syntax { .. })));
+        }
+        // A text past the size limit is parsed, not kept.
+        let long = format!("SELECT 1 AS a{}", " ".repeat(PARSED_MAX_SQL));
+        assert_eq!(parser.parse(&long).expect("parses").len(), 1);
+        parser.parsed.run_pending_tasks();
+        assert_eq!(parser.parsed.entry_count(), 1);
     }
 }
