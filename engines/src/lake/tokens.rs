@@ -17,6 +17,9 @@ use crate::error::{Error, Result};
 /// At most this many lookups run at once (each on its own connection).
 const CONNECTIONS: usize = 8;
 
+/// The row a token lookup finds: the table's metadata location (NULL while it is being created).
+type TokenRow = Option<(Option<String>,)>;
+
 /// The catalog database's connections for token lookups: idle ones are reused, one that
 /// failed is dropped, and a lookup that failed on a reused connection (the server closed an
 /// idle one, or restarted) is tried once more on a new one.
@@ -52,7 +55,7 @@ impl Connections {
         &self,
         query: &str,
         binds: [&str; 3],
-    ) -> std::result::Result<Option<(Option<String>,)>, sqlx::Error> {
+    ) -> std::result::Result<TokenRow, sqlx::Error> {
         let _permit = self
             .permits
             .acquire()
@@ -85,7 +88,7 @@ async fn fetch_row(
     connection: &mut AnyConnection,
     query: &str,
     [catalog, namespace, name]: [&str; 3],
-) -> std::result::Result<Option<(Option<String>,)>, sqlx::Error> {
+) -> std::result::Result<TokenRow, sqlx::Error> {
     sqlx::query_as(query)
         .bind(catalog)
         .bind(namespace)
