@@ -22,7 +22,6 @@ use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
-use iceberg_datafusion::IcebergStaticTableProvider;
 
 use crate::engine::{Described, Engine, EngineRequest, Pins, Settings};
 use crate::error::{Error, Result};
@@ -486,14 +485,12 @@ impl SchemaProvider for LakeSchema {
                 Err(e) => return Err(DataFusionError::External(Box::new(e))),
             },
         };
-        let provider = match resolved.snapshot_id {
-            Some(id) => IcebergStaticTableProvider::try_new_from_table_snapshot(resolved.table, id)
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?,
-            None => IcebergStaticTableProvider::try_new_from_table(resolved.table)
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?,
-        };
+        let provider = crate::lake_scan::LakeTable::try_new(
+            self.lake.clone(),
+            resolved.table,
+            resolved.snapshot_id,
+        )
+        .await?;
         Ok(Some(Arc::new(provider)))
     }
 

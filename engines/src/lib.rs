@@ -40,6 +40,7 @@ pub mod duckdb_engine;
 pub mod engine;
 pub mod error;
 pub mod lake;
+mod lake_scan;
 pub mod pg_attribute;
 pub mod pg_extract;
 pub mod pg_float_numeric;

@@ -6,6 +6,7 @@
 //! unchanged table costs no metadata read.
 
 pub mod estimate;
+pub mod files;
 pub mod object_cache;
 pub mod objects;
 pub mod storage;
@@ -176,6 +177,8 @@ pub struct Lake {
     stats: TokenStats,
     /// The cache of immutable objects of an object-store lake.
     object_cache: Option<Arc<ObjectCache>>,
+    /// Each snapshot's data files, kept for scan planning.
+    files: files::FileIndex,
 }
 
 /// Version-token lookups: how many, and the time they took.
@@ -277,7 +280,13 @@ impl Lake {
             recent: Mutex::new(HashMap::new()),
             stats: TokenStats::default(),
             object_cache,
+            files: files::FileIndex::default(),
         })
+    }
+
+    /// The kept data files of the snapshots read so far (scan planning).
+    pub fn files(&self) -> &files::FileIndex {
+        &self.files
     }
 
     /// The object cache's numbers (`None` for a local lake, which has no object cache).

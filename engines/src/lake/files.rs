@@ -1,0 +1,289 @@
+//! Scan planning that does not start from zero: the data files of each snapshot, kept.
+//!
+//! iceberg-rust plans a scan by reading the manifest list, every manifest, and evaluating each
+//! entry on a task of its own through channels — per statement. On a table a streaming writer
+//! left (hundreds of small files, one manifest per commit) that is most of a point lookup's
+//! CPU. Manifests never change once written, so this keeps their live data entries by path
+//! (after a commit only the new manifest is read) and each snapshot's entries by its manifest
+//! list; a statement then prunes the kept entries by their column bounds and hands the
+//! survivors to iceberg-rust's own Parquet reader.
+//!
+//! Exactness: pruning only drops a file whose bounds prove no row can match (the reader and
+//! DataFusion's filter still check every row). A snapshot with delete files, an encrypted
+//! table or one that needs a name mapping is not indexed: iceberg-rust plans it as before.
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use iceberg::arrow::ArrowReader;
+use iceberg::expr::{BoundPredicate, PredicateOperator};
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{
+    DataContentType, DataFile, Datum, ManifestContentType, ManifestEntryRef, PrimitiveType,
+    SchemaRef, SnapshotRef, Type,
+};
+use iceberg::table::Table;
+
+use crate::error::Result;
+
+/// Property that makes iceberg-rust map columns by name (files written without field ids).
+const NAME_MAPPING: &str = "schema.name-mapping.default";
+/// Manifests read at once when a snapshot is first indexed (object stores pay a round trip each).
+const LOAD_CONCURRENCY: usize = 16;
+/// Kept manifest entries, at most (each holds a file's path, partition and column bounds).
+const MAX_ENTRIES: u64 = 200_000;
+
+/// One manifest's live data files.
+type Entries = Arc<[ManifestEntryRef]>;
+
+/// A snapshot's data files, manifest by manifest.
+#[derive(Debug, Clone)]
+pub struct SnapshotFiles {
+    manifests: Arc<[Entries]>,
+}
+
+impl SnapshotFiles {
+    /// How many data files the snapshot has.
+    pub fn len(&self) -> usize {
+        self.manifests.iter().map(|m| m.len()).sum()
+    }
+
+    /// Whether the snapshot has no data files.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The scan tasks for the files `predicate` may match, reading `field_ids` with `schema`.
+    pub fn tasks(
+        &self,
+        schema: &SchemaRef,
+        field_ids: &[i32],
+        predicate: Option<&BoundPredicate>,
+    ) -> Vec<FileScanTask> {
+        self.manifests
+            .iter()
+            .flat_map(|m| m.iter())
+            .filter(|e| predicate.is_none_or(|p| might_match(p, e.data_file())))
+            .map(|e| {
+                let file = e.data_file();
+                FileScanTask {
+                    file_size_in_bytes: file.file_size_in_bytes(),
+                    start: 0,
+                    length: file.file_size_in_bytes(),
+                    record_count: Some(file.record_count()),
+                    data_file_path: file.file_path().to_string(),
+                    data_file_format: file.file_format(),
+                    schema: schema.clone(),
+                    project_field_ids: field_ids.to_vec(),
+                    predicate: predicate.cloned(),
+                    deletes: vec![],
+                    partition: Some(file.partition().clone()),
+                    partition_spec: None,
+                    name_mapping: None,
+                    case_sensitive: true,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The kept manifests and snapshots of every table the lake reads.
+pub struct FileIndex {
+    /// Live data entries by manifest path.
+    manifests: moka::sync::Cache<String, Entries>,
+    /// Snapshots by manifest-list path; `None`: not indexable (iceberg-rust plans it).
+    snapshots: moka::sync::Cache<String, Option<SnapshotFiles>>,
+    /// A Parquet reader per table version (building one asks the OS for the CPU count).
+    readers: moka::sync::Cache<String, ArrowReader>,
+}
+
+impl std::fmt::Debug for FileIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileIndex")
+            .field("manifests", &self.manifests.entry_count())
+            .field("snapshots", &self.snapshots.entry_count())
+            .finish()
+    }
+}
+
+impl Default for FileIndex {
+    fn default() -> Self {
+        let weigh = |n: usize| u32::try_from(n.saturating_add(1)).unwrap_or(u32::MAX);
+        Self {
+            manifests: moka::sync::Cache::builder()
+                .max_capacity(MAX_ENTRIES)
+                .weigher(move |_: &String, e: &Entries| weigh(e.len()))
+                .build(),
+            snapshots: moka::sync::Cache::builder()
+                .max_capacity(MAX_ENTRIES)
+                .weigher(move |_: &String, s: &Option<SnapshotFiles>| {
+                    weigh(s.as_ref().map_or(0, |s| s.manifests.len()))
+                })
+                .build(),
+            readers: moka::sync::Cache::new(1024),
+        }
+    }
+}
+
+impl FileIndex {
+    /// iceberg-rust's Parquet reader for `table` (kept per metadata location).
+    pub fn reader(&self, table: &Table) -> ArrowReader {
+        match table.metadata_location() {
+            Some(location) => self
+                .readers
+                .get_with_by_ref(location, || table.reader_builder().build()),
+            None => table.reader_builder().build(),
+        }
+    }
+
+    /// The data files of `snapshot` of `table`, or `None` when iceberg-rust must plan it
+    /// (delete files, encryption, a name mapping).
+    ///
+    /// # Errors
+    /// Reading the manifest list or a manifest.
+    pub async fn snapshot(
+        &self,
+        table: &Table,
+        snapshot: &SnapshotRef,
+    ) -> Result<Option<SnapshotFiles>> {
+        if table.encryption_manager().is_some()
+            || table.metadata().properties().contains_key(NAME_MAPPING)
+        {
+            return Ok(None);
+        }
+        let key = snapshot.manifest_list().to_string();
+        if let Some(hit) = self.snapshots.get(&key) {
+            return Ok(hit);
+        }
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        let indexable = list
+            .entries()
+            .iter()
+            .all(|m| m.content == ManifestContentType::Data && m.key_metadata.is_none());
+        let files = if indexable {
+            let files: Vec<iceberg::spec::ManifestFile> = list.entries().to_vec();
+            let manifests: Vec<Entries> = futures::stream::iter(files)
+                .map(|m| async move { self.manifest(table, &m).await })
+                .buffered(LOAD_CONCURRENCY)
+                .try_collect()
+                .await?;
+            Some(SnapshotFiles {
+                manifests: manifests.into(),
+            })
+        } else {
+            None
+        };
+        self.snapshots.insert(key, files.clone());
+        Ok(files)
+    }
+
+    async fn manifest(&self, table: &Table, file: &iceberg::spec::ManifestFile) -> Result<Entries> {
+        if let Some(hit) = self.manifests.get(&file.manifest_path) {
+            return Ok(hit);
+        }
+        let manifest = file.load_manifest(table.file_io()).await?;
+        let live: Entries = manifest
+            .entries()
+            .iter()
+            .filter(|e| e.is_alive() && e.content_type() == DataContentType::Data)
+            .cloned()
+            .collect();
+        self.manifests
+            .insert(file.manifest_path.clone(), live.clone());
+        Ok(live)
+    }
+}
+
+/// Whether `file` may hold a row `predicate` accepts (`false` only when its bounds prove not).
+pub fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
+    match predicate {
+        BoundPredicate::AlwaysTrue => true,
+        BoundPredicate::AlwaysFalse => false,
+        BoundPredicate::And(e) => {
+            let [a, b] = e.inputs();
+            might_match(a, file) && might_match(b, file)
+        }
+        BoundPredicate::Or(e) => {
+            let [a, b] = e.inputs();
+            might_match(a, file) || might_match(b, file)
+        }
+        // Bounds say nothing certain about a negation.
+        BoundPredicate::Not(_) => true,
+        BoundPredicate::Unary(u) => {
+            let id = u.term().field().id;
+            let nulls = file.null_value_counts().get(&id);
+            let values = file.value_counts().get(&id);
+            match u.op() {
+                PredicateOperator::IsNull => nulls.is_none_or(|n| *n > 0),
+                PredicateOperator::NotNull => !only_nulls(nulls, values),
+                _ => true,
+            }
+        }
+        BoundPredicate::Binary(b) => {
+            let field = b.term().field();
+            !comparable(&field.field_type) || compare(b.op(), field.id, b.literal(), file)
+        }
+        BoundPredicate::Set(s) => {
+            let field = s.term().field();
+            match s.op() {
+                PredicateOperator::In if comparable(&field.field_type) => s
+                    .literals()
+                    .iter()
+                    .any(|d| compare(PredicateOperator::Eq, field.id, d, file)),
+                _ => true,
+            }
+        }
+    }
+}
+
+/// Types whose bounds order every value the way a comparison does. Floats are not among them
+/// (NaN is left out of bounds), nor UUIDs (writers have disagreed on signed or unsigned order).
+fn comparable(t: &Type) -> bool {
+    matches!(t, Type::Primitive(p) if !matches!(
+        p,
+        PrimitiveType::Float | PrimitiveType::Double | PrimitiveType::Uuid
+    ))
+}
+
+fn only_nulls(nulls: Option<&u64>, values: Option<&u64>) -> bool {
+    matches!((nulls, values), (Some(n), Some(v)) if n == v)
+}
+
+/// Whether a column comparison `column <op> datum` may hold for a row of `file`.
+fn compare(op: PredicateOperator, id: i32, datum: &Datum, file: &DataFile) -> bool {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    if only_nulls(
+        file.null_value_counts().get(&id),
+        file.value_counts().get(&id),
+    ) {
+        // A comparison with NULL is never true.
+        return !matches!(
+            op,
+            PredicateOperator::Eq
+                | PredicateOperator::LessThan
+                | PredicateOperator::LessThanOrEq
+                | PredicateOperator::GreaterThan
+                | PredicateOperator::GreaterThanOrEq
+        );
+    }
+    let lower = file
+        .lower_bounds()
+        .get(&id)
+        .and_then(|l| l.partial_cmp(datum));
+    let upper = file
+        .upper_bounds()
+        .get(&id)
+        .and_then(|u| u.partial_cmp(datum));
+    match op {
+        PredicateOperator::Eq => lower != Some(Greater) && upper != Some(Less),
+        PredicateOperator::LessThan => !matches!(lower, Some(Greater | Equal)),
+        PredicateOperator::LessThanOrEq => lower != Some(Greater),
+        PredicateOperator::GreaterThan => !matches!(upper, Some(Less | Equal)),
+        PredicateOperator::GreaterThanOrEq => upper != Some(Less),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+#[path = "files_tests.rs"]
+mod tests;
