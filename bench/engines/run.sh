@@ -8,6 +8,9 @@
 # Starts PostgreSQL (catalog), Trino and Spark Connect like the tests do; lakegate is the
 # dev-profile binary (dependencies at opt-level 1).
 set -euo pipefail
+# With RUST_BACKTRACE set, iceberg-rust captures a backtrace per error value it builds while
+# planning (one per manifest): keep that out of the measurement (docs/findings.md).
+export RUST_LIB_BACKTRACE=0
 cd "$(dirname "$0")/../.."
 RUNS=7
 [ "${1:-}" = "--runs" ] && RUNS=$2

@@ -9,6 +9,9 @@
 #
 # Starts PostgreSQL (catalog), Trino and Spark Connect like the tests; dev-profile lakegate.
 set -euo pipefail
+# With RUST_BACKTRACE set, iceberg-rust captures a backtrace per error value it builds while
+# planning (one per manifest): keep that out of the measurement (docs/findings.md).
+export RUST_LIB_BACKTRACE=0
 cd "$(dirname "$0")/../.."
 N=200
 [ "${1:-}" = "--queries" ] && N=$2

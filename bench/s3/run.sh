@@ -8,6 +8,9 @@
 #
 # --release uses target/release/lakegate (cargo build --release; quote only those numbers).
 set -euo pipefail
+# With RUST_BACKTRACE set, iceberg-rust captures a backtrace per error value it builds while
+# planning (one per manifest): keep that out of the measurement (docs/findings.md).
+export RUST_LIB_BACKTRACE=0
 cd "$(dirname "$0")/../.."
 SF=1
 PROFILE=debug

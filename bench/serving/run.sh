@@ -10,6 +10,9 @@
 # Environment: BENCH_CLIENTS (8), BENCH_SECONDS (10 per run), BENCH_ROWS (50000),
 # BENCH_COMMITS (150).
 set -euo pipefail
+# With RUST_BACKTRACE set, iceberg-rust captures a backtrace per error value it builds while
+# planning (one per manifest): keep that out of the measurement (docs/findings.md).
+export RUST_LIB_BACKTRACE=0
 cd "$(dirname "$0")/../.."
 PROFILE=debug
 case "${1:-}" in

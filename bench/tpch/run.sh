@@ -11,6 +11,9 @@
 # unless LAKEGATE_BIN names another (a release build: cargo build --release, then
 # LAKEGATE_BIN=target/release/lakegate).
 set -euo pipefail
+# With RUST_BACKTRACE set, iceberg-rust captures a backtrace per error value it builds while
+# planning (one per manifest): keep that out of the measurement (docs/findings.md).
+export RUST_LIB_BACKTRACE=0
 cd "$(dirname "$0")/../.."
 export LAKEGATE_TPCH_SCALE=${1:-1}
 scripts/setup.sh >/dev/null

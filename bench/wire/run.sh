@@ -7,6 +7,9 @@
 #
 # lakegate is the dev-profile binary the tests build (dependencies at opt-level 1).
 set -euo pipefail
+# With RUST_BACKTRACE set, iceberg-rust captures a backtrace per error value it builds while
+# planning (one per manifest): keep that out of the measurement (docs/findings.md).
+export RUST_LIB_BACKTRACE=0
 cd "$(dirname "$0")/../.."
 ROWS=10000000
 [ "${1:-}" = "--rows" ] && ROWS=$2

@@ -220,6 +220,19 @@ async fn serve_main() -> std::process::ExitCode {
     }
 }
 
+/// Warns when the environment makes every `std::backtrace::Backtrace::capture` walk the stack:
+/// iceberg-rust builds an error per manifest while planning a scan, even when nothing fails, so
+/// `RUST_BACKTRACE=1` alone costs about a third more CPU per lookup (docs/findings.md).
+fn warn_if_errors_capture_backtraces() {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| v != "0");
+    if set("RUST_BACKTRACE") && std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        tracing::warn!(
+            "RUST_BACKTRACE is set: every error value captures a backtrace, which slows scan \
+             planning; set RUST_LIB_BACKTRACE=0 to keep panic backtraces without that cost"
+        );
+    }
+}
+
 async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -327,6 +340,7 @@ async fn run() -> anyhow::Result<()> {
             config
         }
     };
+    warn_if_errors_capture_backtraces();
     let gateway = Gateway::build(config).await?;
     // Scripts and tests read this line to find the (possibly ephemeral) port.
     let endpoints: Vec<String> = gateway
