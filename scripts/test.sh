@@ -6,7 +6,7 @@
 #   scripts/test.sh              everything
 #   scripts/test.sh --rust       only cargo tests
 #   scripts/test.sh --e2e [-k X] only the end-to-end suite (pytest args pass through)
-#   scripts/test.sh --fuzz       only the fuzz targets (60 s each; scripts/fuzz.sh N for longer)
+#   scripts/test.sh --fuzz       only the fuzz targets (60 s each, unoptimized build; scripts/fuzz.sh N --release for longer)
 # LAKEGATE_FUZZ_SECONDS (default 60) sets the fuzzing time per target in a full run; 0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

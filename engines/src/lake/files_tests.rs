@@ -16,6 +16,7 @@ fn schema() -> Arc<Schema> {
                 NestedField::optional(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
                 NestedField::optional(2, "status", Type::Primitive(PrimitiveType::String)).into(),
                 NestedField::optional(3, "score", Type::Primitive(PrimitiveType::Double)).into(),
+                NestedField::optional(4, "key", Type::Primitive(PrimitiveType::Uuid)).into(),
             ])
             .build()
             .expect("schema"),
@@ -30,6 +31,8 @@ fn file(bounds: Option<(i64, i64)>, nulls: u64, rows: u64) -> DataFile {
         upper.insert(1, Datum::long(hi));
         lower.insert(3, Datum::double(f64::from(lo as i32)));
         upper.insert(3, Datum::double(f64::from(hi as i32)));
+        lower.insert(4, uuid("00000000-0000-0000-0000-000000000001"));
+        upper.insert(4, uuid("00000000-0000-0000-0000-000000000002"));
     }
     DataFileBuilder::default()
         .content(DataContentType::Data)
@@ -50,6 +53,10 @@ fn file(bounds: Option<(i64, i64)>, nulls: u64, rows: u64) -> DataFile {
 fn matches(predicate: Predicate, f: &DataFile) -> bool {
     let bound = predicate.bind(schema(), true).expect("binds");
     might_match(&bound, f)
+}
+
+fn uuid(text: &str) -> Datum {
+    Datum::uuid_from_str(text).expect("a UUID")
 }
 
 fn id() -> Reference {
@@ -93,6 +100,11 @@ fn what_bounds_cannot_decide_is_kept() {
     // Floats: NaN makes their bounds untrustworthy.
     assert!(matches(
         Reference::new("score").equal_to(Datum::double(1.0)),
+        &f
+    ));
+    // UUIDs: writers have ordered them signed and unsigned.
+    assert!(matches(
+        Reference::new("key").equal_to(uuid("ffffffff-0000-0000-0000-000000000000")),
         &f
     ));
     // A column the file has no bounds for.
