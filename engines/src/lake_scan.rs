@@ -98,7 +98,6 @@ impl LakeTable {
         &self,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        limit: Option<usize>,
     ) -> DFResult<Option<LakeScanExec>> {
         let Some(snapshot) = &self.snapshot else {
             return Ok(None);
@@ -141,7 +140,6 @@ impl LakeTable {
                 Boundedness::Bounded,
             )),
             schema: output,
-            limit,
         }))
     }
 }
@@ -168,7 +166,8 @@ impl TableProvider for LakeTable {
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let pushed = self.pushable(filters);
-        match self.indexed(projection, &pushed, limit).await? {
+        // A pushed-down `limit` is only a hint: the limit above the scan stops pulling rows.
+        match self.indexed(projection, &pushed).await? {
             Some(scan) => Ok(Arc::new(scan)),
             None => self.fallback.scan(state, projection, &pushed, limit).await,
         }
@@ -189,7 +188,6 @@ struct LakeScanExec {
     files: usize,
     tasks: Arc<[FileScanTask]>,
     schema: SchemaRef,
-    limit: Option<usize>,
     properties: Arc<PlanProperties>,
 }
 
@@ -198,7 +196,6 @@ impl fmt::Debug for LakeScanExec {
         f.debug_struct("LakeScanExec")
             .field("files", &self.files)
             .field("reads", &self.tasks.len())
-            .field("limit", &self.limit)
             .finish_non_exhaustive()
     }
 }
@@ -260,28 +257,9 @@ impl ExecutionPlan for LakeScanExec {
             .clone()
             .read(Box::pin(futures::stream::iter(tasks)))
             .map_err(external)?;
-        let batches = read.stream().map_err(external);
-        // A limit pushed down: the rows past it are not handed on (the limit above stops
-        // pulling once it has them).
-        let mut remaining = self.limit;
-        let limited = batches.try_filter_map(move |batch| {
-            futures::future::ready(Ok(match remaining.as_mut() {
-                None => Some(batch),
-                Some(0) => None,
-                Some(left) => {
-                    let rows = batch.num_rows().min(*left);
-                    *left -= rows;
-                    Some(if rows < batch.num_rows() {
-                        batch.slice(0, rows)
-                    } else {
-                        batch
-                    })
-                }
-            }))
-        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
-            limited.boxed(),
+            read.stream().map_err(external).boxed(),
         )))
     }
 }

@@ -224,8 +224,8 @@ async fn serve_main() -> std::process::ExitCode {
 /// iceberg-rust builds an error per manifest while planning a scan, even when nothing fails, so
 /// `RUST_BACKTRACE=1` alone costs about a third more CPU per lookup (docs/findings.md).
 fn warn_if_errors_capture_backtraces() {
-    let set = |name: &str| std::env::var_os(name).is_some_and(|v| v != "0");
-    if set("RUST_BACKTRACE") && std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+    let backtraces = std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
+    if backtraces && std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
         tracing::warn!(
             "RUST_BACKTRACE is set: every error value captures a backtrace, which slows scan \
              planning; set RUST_LIB_BACKTRACE=0 to keep panic backtraces without that cost"

@@ -38,23 +38,18 @@ type Entries = Arc<[ManifestEntryRef]>;
 
 /// A snapshot's data files, manifest by manifest.
 #[derive(Debug, Clone)]
-pub struct SnapshotFiles {
+pub(crate) struct SnapshotFiles {
     manifests: Arc<[Entries]>,
 }
 
 impl SnapshotFiles {
     /// How many data files the snapshot has.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.manifests.iter().map(|m| m.len()).sum()
     }
 
-    /// Whether the snapshot has no data files.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The scan tasks for the files `predicate` may match, reading `field_ids` with `schema`.
-    pub fn tasks(
+    pub(crate) fn tasks(
         &self,
         schema: &SchemaRef,
         field_ids: &[i32],
@@ -88,7 +83,7 @@ impl SnapshotFiles {
 }
 
 /// The kept manifests and snapshots of every table the lake reads.
-pub struct FileIndex {
+pub(crate) struct FileIndex {
     /// Live data entries by manifest path.
     manifests: moka::sync::Cache<String, Entries>,
     /// Snapshots by manifest-list path; `None`: not indexable (iceberg-rust plans it).
@@ -127,7 +122,7 @@ impl Default for FileIndex {
 
 impl FileIndex {
     /// iceberg-rust's Parquet reader for `table` (kept per metadata location).
-    pub fn reader(&self, table: &Table) -> ArrowReader {
+    pub(crate) fn reader(&self, table: &Table) -> ArrowReader {
         match table.metadata_location() {
             Some(location) => self
                 .readers
@@ -141,7 +136,7 @@ impl FileIndex {
     ///
     /// # Errors
     /// Reading the manifest list or a manifest.
-    pub async fn snapshot(
+    pub(crate) async fn snapshot(
         &self,
         table: &Table,
         snapshot: &SnapshotRef,
@@ -195,7 +190,7 @@ impl FileIndex {
 }
 
 /// Whether `file` may hold a row `predicate` accepts (`false` only when its bounds prove not).
-pub fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
+pub(crate) fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
     match predicate {
         BoundPredicate::AlwaysTrue => true,
         BoundPredicate::AlwaysFalse => false,

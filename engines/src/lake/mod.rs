@@ -6,7 +6,7 @@
 //! unchanged table costs no metadata read.
 
 pub mod estimate;
-pub mod files;
+pub(crate) mod files;
 pub mod object_cache;
 pub mod objects;
 pub mod storage;
@@ -285,7 +285,7 @@ impl Lake {
     }
 
     /// The kept data files of the snapshots read so far (scan planning).
-    pub fn files(&self) -> &files::FileIndex {
+    pub(crate) fn files(&self) -> &files::FileIndex {
         &self.files
     }
 
