@@ -79,7 +79,7 @@ pub struct Settings {
     /// The session time zone (`TimeZone`), e.g. `UTC` or `Europe/Paris`.
     pub time_zone: String,
     /// Every setting by lower-case name, for `current_setting()`.
-    pub values: BTreeMap<String, String>,
+    pub values: Arc<BTreeMap<String, String>>,
     /// Tables catalog listings may show (`None`: all).
     pub visible: Option<Visibility>,
 }
@@ -91,7 +91,7 @@ impl Default for Settings {
             database: "lakegate".into(),
             search_path: vec!["public".into()],
             time_zone: "UTC".into(),
-            values: BTreeMap::new(),
+            values: Arc::default(),
             visible: None,
         }
     }

@@ -4,6 +4,7 @@
 //! `lakegate.*`) can be set; unknown plain names are refused with 42704, as PostgreSQL does.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use datafusion::execution::SendableRecordBatchStream;
 use lakegate_engines::Settings;
@@ -131,7 +132,8 @@ pub struct Session {
     user: String,
     database: String,
     frontend: Frontend,
-    values: BTreeMap<String, String>,
+    /// Shared with the statements' engine settings (copied only when a setting changes).
+    values: Arc<BTreeMap<String, String>>,
     defaults: BTreeMap<String, String>,
     cursors: HashMap<String, Cursor>,
 }
@@ -159,7 +161,7 @@ impl Session {
             user: user.to_string(),
             database: "lakegate".to_string(),
             frontend: Frontend::Local,
-            values: defaults.clone(),
+            values: Arc::new(defaults.clone()),
             defaults,
             cursors: HashMap::new(),
         }
@@ -174,7 +176,7 @@ impl Session {
         for (k, v) in startup {
             self.set(k, v)?;
         }
-        self.defaults = self.values.clone();
+        self.defaults = self.values.as_ref().clone();
         Ok(())
     }
 
@@ -227,7 +229,7 @@ impl Session {
             None if name.contains('.') => value.to_string(),
             None => return Err(Error::UnknownSetting { name }),
         };
-        self.values.insert(name.clone(), value);
+        Arc::make_mut(&mut self.values).insert(name.clone(), value);
         Ok(name)
     }
 
@@ -254,10 +256,10 @@ impl Session {
         }
         match self.defaults.get(&name) {
             Some(v) => {
-                self.values.insert(name.clone(), v.clone());
+                Arc::make_mut(&mut self.values).insert(name.clone(), v.clone());
             }
             None if name.contains('.') => {
-                self.values.remove(&name);
+                Arc::make_mut(&mut self.values).remove(&name);
             }
             None => return Err(Error::UnknownSetting { name }),
         }
@@ -266,7 +268,7 @@ impl Session {
 
     /// `RESET ALL`.
     pub fn reset_all(&mut self) {
-        self.values = self.defaults.clone();
+        self.values = Arc::new(self.defaults.clone());
     }
 
     /// Every setting, by name.

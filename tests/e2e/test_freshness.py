@@ -129,3 +129,42 @@ def test_filtered_reads_over_many_commits_give_every_matching_row(gateway, lake_
     finally:
         for conn in conns.values():
             conn.close()
+
+
+def token_lookups(gw) -> float:
+    from test_observe import get, metric
+    return metric(get(gw, "/metrics")[1], "lakegate_catalog_tokens", stat="lookups")
+
+
+def test_a_statement_asks_the_catalog_once_and_a_prepared_one_sees_later_commits(gateway, lake_dir):
+    """psycopg sends each statement as Parse/Bind/Describe/Execute/Sync: the Execute reuses the
+    versions its Parse resolved (one catalog lookup, not two). A statement prepared before a
+    commit and executed after it (Bind/Execute in a later batch) still reads the new snapshot."""
+    cat = wh.catalog(str(lake_dir))
+    table = cat.create_table("public.batch_ticks", schema=wh.Schema(
+        wh.NestedField(1, "tick", wh.LongType(), required=True)))
+    table.append(ticks(1, 10))
+    # prepare_threshold=None: psycopg never prepares on its own, so every statement is a Parse
+    # and an Execute in one batch (main asked the catalog twice for each).
+    with psycopg.connect(gateway.dsn, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute("SELECT count(*) FROM batch_ticks").fetchone()
+        before = token_lookups(gateway)
+        runs = 20
+        for i in range(runs):
+            assert conn.execute("SELECT count(*) FROM batch_ticks WHERE tick > %s",
+                                (i,)).fetchone() == (max(0, 10 - i),)
+        lookups = token_lookups(gateway) - before
+        # One per statement; a little slack for the gateway's own background reads.
+        assert runs <= lookups < runs + 5, lookups
+        q = "SELECT count(*), max(tick) FROM batch_ticks"
+        assert conn.execute(q, prepare=True).fetchone() == (10, 10)
+        for round_ in range(3):
+            cat.load_table("public.batch_ticks").append(ticks(11 + round_ * 5, 5))
+            expect = 10 + (round_ + 1) * 5
+            assert conn.execute(q, prepare=True).fetchone() == (expect, expect)
+        # In one pipeline (one Sync): each statement still answers at a version current when
+        # it was sent, and the commit before the pipeline is seen by all of them.
+        cat.load_table("public.batch_ticks").append(ticks(26, 5))
+        with conn.pipeline():
+            cursors = [conn.execute("SELECT count(*) FROM batch_ticks") for _ in range(3)]
+        assert [c.fetchone() for c in cursors] == [(30,)] * 3

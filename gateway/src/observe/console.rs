@@ -136,7 +136,7 @@ mod tests {
             tokio_util::sync::CancellationToken::new(),
             None,
         );
-        let mut p = h.start(&ctx, "q");
+        let mut p = h.start(&ctx, "q".into());
         p.record.snapshots = "public.orders@1,public.customers@2".into();
         let r = p.record.clone();
         assert!(super::reads(&r, "public.customers"));

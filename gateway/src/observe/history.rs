@@ -173,8 +173,7 @@ impl QueryHistory {
     }
 
     /// Starts a record for the query `ctx` names, beginning now.
-    pub fn start(&self, ctx: &StatementContext, sql: &str) -> PendingQuery {
-        let mut sql = sql.to_string();
+    pub fn start(&self, ctx: &StatementContext, mut sql: String) -> PendingQuery {
         if sql.len() > MAX_SQL {
             let mut cut = MAX_SQL;
             while !sql.is_char_boundary(cut) {
@@ -395,7 +394,7 @@ mod tests {
     fn history_is_bounded_and_keeps_the_newest() {
         let h = QueryHistory::new(2);
         for sql in ["a", "b", "c"] {
-            h.start(&ctx(&h), sql).fail(&h, "boom");
+            h.start(&ctx(&h), sql.to_string()).fail(&h, "boom");
         }
         let kept: Vec<String> = h.all().into_iter().map(|r| r.sql).collect();
         assert_eq!(kept, vec!["b", "c"]);
@@ -404,7 +403,7 @@ mod tests {
     #[test]
     fn records_round_trip_as_json_and_old_lines_still_read() {
         let h = QueryHistory::new(4);
-        let mut pending = h.start(&ctx(&h), "SELECT 1");
+        let mut pending = h.start(&ctx(&h), "SELECT 1".into());
         pending.record.shape = Some(Shape::PointLookup);
         pending.record.route = Some(Route::Routed);
         pending.record.cache = CacheOutcome::TooLarge;

@@ -86,6 +86,8 @@ pub struct StatementContext {
     pub engine: Option<String>,
     /// `statement_timeout` (`None`: none).
     pub timeout: Option<Duration>,
+    /// Table versions shared with the other messages of its extended-protocol batch.
+    pub batch: super::batch::Batch,
     deadline: Option<Instant>,
     cancel: CancellationToken,
 }
@@ -106,6 +108,7 @@ impl StatementContext {
             group: None,
             engine: None,
             timeout,
+            batch: super::batch::Batch::None,
             deadline: timeout.map(|t| Instant::now() + t),
             cancel,
         }
@@ -115,6 +118,12 @@ impl StatementContext {
     pub fn with_routing(mut self, group: Option<&str>, engine: Option<&str>) -> Self {
         self.group = group.map(str::to_string);
         self.engine = engine.map(str::to_string);
+        self
+    }
+
+    /// The same context sharing table versions with its batch (see [`super::batch`]).
+    pub fn with_batch(mut self, batch: super::batch::Batch) -> Self {
+        self.batch = batch;
         self
     }
 

@@ -21,6 +21,7 @@
 //! - [`output_names`] — PostgreSQL's names for result columns.
 //! - [`origins`] — the table OID, attnum and typmod of result columns that are table columns.
 
+pub mod batch;
 pub mod cache;
 pub mod catalog;
 #[cfg(test)]
@@ -53,6 +54,7 @@ use lakegate_maintenance::Maintainer;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field::Empty};
 
+pub use batch::{Batch, BatchVersions};
 pub use cache::{CacheConfig, CacheOutcome, ResultCache};
 pub use context::{Frontend, StatementContext};
 pub use engines::Engines;

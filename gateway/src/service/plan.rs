@@ -171,7 +171,7 @@ impl GatewayService {
             |s, t| self.lake.peek(s, t).map(|t| estimate::total_bytes(&t)),
         )?;
         let resolved = self
-            .resolve(&intent.refs, intent.group.max_staleness, &ctx.user)
+            .resolve(&intent.refs, intent.group.max_staleness, ctx)
             .await?;
         let masks = self.security.masks_of(&ctx.user);
         let masked = self.security.masks.apply(
@@ -242,15 +242,20 @@ impl GatewayService {
 
     /// Resolves every lake table in `refs` to its current version (reusing versions younger
     /// than `max_staleness`; zero: the lake's configured staleness) and materialises the
-    /// system tables they read.
+    /// system tables they read. A statement of an extended-protocol batch uses the versions its
+    /// Parse resolved ([`super::batch`]).
     async fn resolve(
         &self,
         refs: &References,
         max_staleness: std::time::Duration,
-        user: &str,
+        ctx: &StatementContext,
     ) -> Result<Resolved> {
         let mut pins = Pins::default();
         for (schema, table) in &refs.lake {
+            if let Some(kept) = ctx.batch.kept(schema, table) {
+                pins.insert(schema, table, kept);
+                continue;
+            }
             let resolved = if max_staleness.is_zero() {
                 self.lake.resolve(schema, table).await?
             } else {
@@ -258,11 +263,12 @@ impl GatewayService {
                     .resolve_within(schema, table, max_staleness)
                     .await?
             };
+            ctx.batch.keep(schema, table, &resolved);
             pins.insert(schema, table, resolved);
         }
         Ok(Resolved {
             pins,
-            system_tables: self.system_tables(&refs.system, user).await?,
+            system_tables: self.system_tables(&refs.system, &ctx.user).await?,
             catalog: refs.catalog,
         })
     }

@@ -123,7 +123,7 @@ fn ctx(user: &str) -> StatementContext {
 
 fn settings(application: &str) -> Settings {
     let mut s = Settings::default();
-    s.values
+    std::sync::Arc::make_mut(&mut s.values)
         .insert("application_name".into(), application.to_string());
     s
 }

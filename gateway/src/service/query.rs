@@ -65,7 +65,7 @@ impl GatewayService {
         ctx: &StatementContext,
         reading: Reading,
     ) -> Result<SendableRecordBatchStream> {
-        let mut pending = self.history.start(ctx, &statement.to_string());
+        let mut pending = self.history.start(ctx, statement.to_string());
         match self
             .answer(statement, params, session, ctx, reading, &mut pending)
             .await

@@ -18,20 +18,20 @@ use pgwire::api::{ClientInfo, ClientPortalStore, DEFAULT_NAME, PgWireConnectionS
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::extendedquery::{
-    Close, CloseComplete, Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
-    TARGET_TYPE_BYTE_STATEMENT,
+    Close, CloseComplete, Describe, Execute, Flush, Parse, ParseComplete, Sync as PgSync,
+    TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
-use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
+use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
 
 use super::encode::{fields, format_options};
 use super::forward::{self, Mirrored, pg_type};
 use super::handler::{
-    PgQueryHandler, aborted, cancel_token, ends_transaction, pg_error, prepared_names, session_of,
-    to_pg_error,
+    PgQueryHandler, aborted, batch_of, cancel_token, ends_transaction, pg_error, prepared_names,
+    session_of, to_pg_error,
 };
 use crate::error::Error;
 use crate::mirror::wire::Bound;
-use crate::service::GatewayService;
+use crate::service::{Batch, GatewayService};
 use tracing::warn;
 
 /// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls
@@ -155,7 +155,10 @@ impl QueryParser for PgParser {
             None
         } else {
             let mut session = session.lock().await;
-            let ctx = self.service.context(&session, cancel_token(client));
+            let ctx = self
+                .service
+                .context(&session, cancel_token(client))
+                .with_batch(Batch::Fill(batch_of(client)));
             self.service
                 .describe(&statement, &mut session, &ctx)
                 .await
@@ -346,17 +349,56 @@ impl ExtendedQueryHandler for PgQueryHandler {
             return Err(PgWireError::PortalNotFound(name));
         };
         let fresh = matches!(*portal.state().lock().await, PortalExecutionState::Initial);
+        // Whatever this Execute answers may reach the client: later statements of the batch
+        // resolve their own versions.
+        let batch = batch_of(client);
         if message.max_rows > 0 || !fresh {
-            return self._on_execute(client, message).await;
+            let result = self._on_execute(client, message).await;
+            batch.clear();
+            return result;
         }
         if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            batch.clear();
             return Err(PgWireError::NotReadyForQuery);
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
         let result = self.execute_streaming(client, &portal).await;
+        batch.clear();
         *portal.state().lock().await = PortalExecutionState::Finished;
         client.set_state(PgWireConnectionState::ReadyForQuery);
         result
+    }
+
+    /// Flush, as pgwire does it; the batch's kept versions end here.
+    async fn on_flush<C>(&self, client: &mut C, _message: Flush) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        batch_of(client).clear();
+        client.flush().await?;
+        Ok(())
+    }
+
+    /// Sync, as pgwire does it (the unnamed portal dropped, ReadyForQuery sent); the batch's
+    /// kept versions end here.
+    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        batch_of(client).clear();
+        client.portal_store().rm_portal(DEFAULT_NAME);
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                client.transaction_status(),
+            )))
+            .await?;
+        client.flush().await?;
+        Ok(())
     }
 
     /// Describe of a portal also finds SQL cursors opened by `DECLARE` (psycopg's named

@@ -39,7 +39,9 @@ use crate::mirror::wire::Bound;
 use crate::security::auth::Auth;
 use crate::security::limits::{ConnectionLimits, LimitsConfig};
 use crate::service::catalog::Forward;
-use crate::service::{Deallocate, Frontend, GatewayService, QueryOutput, TransactionEffect};
+use crate::service::{
+    Batch, BatchVersions, Deallocate, Frontend, GatewayService, QueryOutput, TransactionEffect,
+};
 use crate::session::{Session, reported_name};
 
 /// The connection's session, kept in pgwire's per-connection extensions.
@@ -206,6 +208,14 @@ pub(super) fn session_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<SessionCell>
     })
 }
 
+/// The table versions this connection's current extended-protocol batch resolved
+/// ([`crate::service::batch`]).
+pub(super) fn batch_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<BatchVersions> {
+    client
+        .session_extensions()
+        .get_or_insert_with(BatchVersions::default)
+}
+
 /// The names of the statements this connection prepared (Parse with a name), so that
 /// `DEALLOCATE ALL` and `DISCARD ALL` can drop them: pgwire's store cannot list them.
 pub(super) type PreparedNames = std::sync::Mutex<std::collections::BTreeSet<String>>;
@@ -313,7 +323,10 @@ impl PgQueryHandler {
     {
         let cell = session_of(client);
         let mut session = cell.lock().await;
-        let ctx = self.service.context(&session, cancel_token(client));
+        let ctx = self
+            .service
+            .context(&session, cancel_token(client))
+            .with_batch(Batch::Use(batch_of(client)));
         let output = self
             .service
             .execute(statement, params, &mut session, &ctx)
@@ -399,6 +412,7 @@ impl SimpleQueryHandler for PgQueryHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        batch_of(client).clear();
         let statements = self.service.parse(query).map_err(pg_error)?;
         let mut status = client.transaction_status();
         let mut responses = Vec::with_capacity(statements.len());

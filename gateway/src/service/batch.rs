@@ -1,0 +1,75 @@
+//! Table versions shared by the Parse and the Execute of one batch of extended-protocol
+//! messages, so that a statement sent as Parse/Bind/Describe/Execute/Sync (pgbench, every
+//! driver's unnamed statements) asks the catalog for its tables' versions once, not twice.
+//!
+//! Exactness: a Parse answers only ParseComplete, so between a Parse and the Execute that
+//! follows it in the same batch the client has received nothing it could have acted on. A
+//! commit landing in between was not known to the client when it sent the Execute; reading
+//! the version current at the Parse is an answer PostgreSQL could have given too. So the
+//! versions are kept only in that window: a Parse fills them, the next Execute reads them, and
+//! they are dropped at the end of every Execute (its rows may have reached the client), at
+//! Sync and Flush, and at a simple query.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use lakegate_engines::ResolvedTable;
+
+/// The versions a Parse resolved, by `(schema, table)`.
+#[derive(Debug, Default)]
+pub struct BatchVersions(Mutex<HashMap<(String, String), ResolvedTable>>);
+
+impl BatchVersions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ResolvedTable>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The version kept for `schema.table`, if the batch's Parse resolved it.
+    pub fn get(&self, schema: &str, table: &str) -> Option<ResolvedTable> {
+        self.map()
+            .get(&(schema.to_string(), table.to_string()))
+            .cloned()
+    }
+
+    /// Keeps `version` of `schema.table` for the rest of the batch.
+    pub fn put(&self, schema: &str, table: &str, version: ResolvedTable) {
+        self.map()
+            .insert((schema.to_string(), table.to_string()), version);
+    }
+
+    /// Drops every kept version: the client may have seen an answer since.
+    pub fn clear(&self) {
+        let mut map = self.map();
+        if !map.is_empty() {
+            map.clear();
+        }
+    }
+}
+
+/// How a statement uses its connection's batch versions.
+#[derive(Debug, Clone)]
+pub enum Batch {
+    /// It resolves every table from the catalog (Flight SQL, in-process, simple queries).
+    None,
+    /// A Parse: it resolves from the catalog and keeps what it resolved.
+    Fill(Arc<BatchVersions>),
+    /// An Execute: it uses what the batch's Parse kept, resolving the rest.
+    Use(Arc<BatchVersions>),
+}
+
+impl Batch {
+    /// The kept version of `schema.table` (never for [`Batch::None`]).
+    pub fn kept(&self, schema: &str, table: &str) -> Option<ResolvedTable> {
+        match self {
+            Self::None => None,
+            Self::Fill(v) | Self::Use(v) => v.get(schema, table),
+        }
+    }
+
+    /// Keeps `version` when this statement is a Parse.
+    pub fn keep(&self, schema: &str, table: &str, version: &ResolvedTable) {
+        if let Self::Fill(v) = self {
+            v.put(schema, table, version.clone());
+        }
+    }
+}
