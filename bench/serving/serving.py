@@ -123,11 +123,17 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A /proc status memory field in MB: VmRSS (all resident pages) or RssAnon (the heap and
+    stacks, without the file-backed pages of the 250 MB executable)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def rss_text(pid: int) -> str:
+    return f"{rss_mb(pid):.0f} MB (anonymous {rss_mb(pid, 'RssAnon'):.0f} MB)"
 
 
 def pgbench(port: int, user: str, db: str, script: Path, mode: str) -> tuple[float, int]:
@@ -191,15 +197,15 @@ def flight_point(gw, pg_port: int, n: int = 2000) -> None:
 def idle_connections(gw, n: int = 1000) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, n + 200)), hard))
-    idle = rss_mb(gw.proc.pid)
+    idle, idle_anon = rss_mb(gw.proc.pid), rss_mb(gw.proc.pid, "RssAnon")
     conns = [psycopg.connect(f"postgresql://bench@127.0.0.1:{gw.port}/lakegate")
              for _ in range(n)]
     time.sleep(1)
-    held = rss_mb(gw.proc.pid)
+    held, held_anon = rss_mb(gw.proc.pid), rss_mb(gw.proc.pid, "RssAnon")
     for c in conns:
         c.close()
     print(f"gateway RSS: {idle:.0f} MB before, {held:.0f} MB with {n} idle connections "
-          f"(+{held - idle:.0f} MB)", flush=True)
+          f"(+{held - idle:.0f} MB; anonymous {idle_anon:.0f} → {held_anon:.0f} MB)", flush=True)
 
 
 def main() -> None:
@@ -216,7 +222,7 @@ def main() -> None:
         gateways["cached"] = start_gateway(flags)
         gateways["uncached"] = start_gateway([*flags, "--config", str(work / "nocache.toml")])
         time.sleep(1)
-        print(f"gateway idle RSS {rss_mb(gateways['cached'].proc.pid):.0f} MB; "
+        print(f"gateway idle RSS {rss_text(gateways['cached'].proc.pid)}; "
               f"{CLIENTS} clients, {SECONDS} s per run, {os.cpu_count()} cores", flush=True)
         print(f"{'table':<9} {'mode':<9} {'case':<22} {'pg tps':>10} {'lg tps':>10} "
               f"{'lg/pg':>7} {'lg µs CPU':>10}", flush=True)
@@ -231,7 +237,7 @@ def main() -> None:
         if done.returncode != 0:
             raise SystemExit(f"maintenance failed:\n{done.stderr[-3000:]}")
         run_cases("maintained", pg_port, gateways, work, out)
-        print(f"gateway RSS after the runs {rss_mb(gateways['cached'].proc.pid):.0f} MB",
+        print(f"gateway RSS after the runs {rss_text(gateways['cached'].proc.pid)}",
               flush=True)
         flight_point(gateways["uncached"], pg_port)
         idle_connections(gateways["cached"])
