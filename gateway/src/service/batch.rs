@@ -10,39 +10,40 @@
 //! they are dropped at the end of every Execute (its rows may have reached the client), at
 //! Sync and Flush, and at a simple query.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lakegate_engines::ResolvedTable;
 
-/// The versions a Parse resolved, by `(schema, table)`.
+/// The versions a Parse resolved, as `(schema, table, version)` (a batch reads a few tables:
+/// found by a scan, with no key built per lookup).
 #[derive(Debug, Default)]
-pub struct BatchVersions(Mutex<HashMap<(String, String), ResolvedTable>>);
+pub struct BatchVersions(Mutex<Vec<(String, String, ResolvedTable)>>);
 
 impl BatchVersions {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ResolvedTable>> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Vec<(String, String, ResolvedTable)>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The version kept for `schema.table`, if the batch's Parse resolved it.
     pub fn get(&self, schema: &str, table: &str) -> Option<ResolvedTable> {
-        self.map()
-            .get(&(schema.to_string(), table.to_string()))
-            .cloned()
+        self.kept()
+            .iter()
+            .find(|(s, t, _)| s == schema && t == table)
+            .map(|(_, _, v)| v.clone())
     }
 
     /// Keeps `version` of `schema.table` for the rest of the batch.
     pub fn put(&self, schema: &str, table: &str, version: ResolvedTable) {
-        self.map()
-            .insert((schema.to_string(), table.to_string()), version);
+        let mut kept = self.kept();
+        match kept.iter_mut().find(|(s, t, _)| s == schema && t == table) {
+            Some(slot) => slot.2 = version,
+            None => kept.push((schema.to_string(), table.to_string(), version)),
+        }
     }
 
     /// Drops every kept version: the client may have seen an answer since.
     pub fn clear(&self) {
-        let mut map = self.map();
-        if !map.is_empty() {
-            map.clear();
-        }
+        self.kept().clear();
     }
 }
 

@@ -349,23 +349,20 @@ impl ExtendedQueryHandler for PgQueryHandler {
             return Err(PgWireError::PortalNotFound(name));
         };
         let fresh = matches!(*portal.state().lock().await, PortalExecutionState::Initial);
-        // Whatever this Execute answers may reach the client: later statements of the batch
-        // resolve their own versions.
-        let batch = batch_of(client);
-        if message.max_rows > 0 || !fresh {
-            let result = self._on_execute(client, message).await;
-            batch.clear();
-            return result;
-        }
-        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
-            batch.clear();
-            return Err(PgWireError::NotReadyForQuery);
-        }
-        client.set_state(PgWireConnectionState::QueryInProgress);
-        let result = self.execute_streaming(client, &portal).await;
-        batch.clear();
-        *portal.state().lock().await = PortalExecutionState::Finished;
-        client.set_state(PgWireConnectionState::ReadyForQuery);
+        let result = if message.max_rows > 0 || !fresh {
+            self._on_execute(client, message).await
+        } else if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            Err(PgWireError::NotReadyForQuery)
+        } else {
+            client.set_state(PgWireConnectionState::QueryInProgress);
+            let result = self.execute_streaming(client, &portal).await;
+            *portal.state().lock().await = PortalExecutionState::Finished;
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            result
+        };
+        // Whatever this Execute answered may have reached the client: later statements of the
+        // batch resolve their own versions.
+        batch_of(client).clear();
         result
     }
 
