@@ -112,6 +112,7 @@ impl DataFusionEngine {
         let ctx = SessionContext::new_with_config_rt(config, runtime);
         ctx.add_analyzer_rule(Arc::new(crate::pg_temporal::PgTemporal));
         ctx.add_analyzer_rule(Arc::new(crate::semantics::PgTextCasts));
+        ctx.add_analyzer_rule(Arc::new(crate::pg_integer::PgIntegerArithmetic));
         ctx.register_udwf(crate::pg_window::ntile());
         for udf in crate::pg_functions::udfs() {
             ctx.register_udf(udf);

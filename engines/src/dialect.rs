@@ -289,6 +289,15 @@ impl VisitorMut for Rewriter<'_> {
                     *expr = call("lower", call("to_hex", call("md5", call("to_utf8", arg))));
                 }
             }
+            // DuckDB answers NULL or infinity for a zero divisor (see `duckdb_engine`).
+            Expr::BinaryOp {
+                op: ast::BinaryOperator::Divide | ast::BinaryOperator::Modulo,
+                right,
+                ..
+            } if self.dialect == Dialect::DuckDb => {
+                let divisor = std::mem::replace(right.as_mut(), Expr::value(Value::Null));
+                **right = call("lakegate_divisor", divisor);
+            }
             // Trino has no `IS TRUE`: `coalesce(x, false)` is true exactly when x is.
             Expr::IsTrue(inner) if matches!(self.dialect, Dialect::Trino { .. }) => {
                 let inner = std::mem::replace(inner.as_mut(), Expr::value(Value::Null));
@@ -638,6 +647,15 @@ mod tests {
         );
         assert!(sql.contains("ORDER BY b DESC NULLS FIRST"), "{sql}");
         assert!(sql.ends_with("ORDER BY a NULLS LAST"), "{sql}");
+    }
+
+    #[test]
+    fn duckdb_divisors_are_checked_for_zero() {
+        let sql = render_plain("SELECT a / (b - 1), a % 2 FROM x", Dialect::DuckDb);
+        assert!(sql.contains("a / lakegate_divisor((b - 1))"), "{sql}");
+        assert!(sql.contains("a % lakegate_divisor(2)"), "{sql}");
+        let trino = render_plain("SELECT a / b FROM x", Dialect::Trino { catalog: "lake" });
+        assert!(trino.contains("a / b"), "{trino}");
     }
 
     #[test]

@@ -115,6 +115,8 @@ impl DuckDbEngine {
         // bundled build (without ICU) did, whatever the host's zone.
         conn.execute_batch("SET GLOBAL TimeZone = 'UTC'")
             .map_err(|e| unavailable(format!("setting its time zone: {e}")))?;
+        conn.execute_batch(PG_DIVISION)
+            .map_err(|e| unavailable(format!("setting up PostgreSQL's division: {e}")))?;
         Ok(Self {
             idle: Arc::new(Mutex::new(Vec::new())),
             root: Mutex::new(conn),
@@ -132,6 +134,16 @@ impl DuckDbEngine {
             .map_err(|e| duck_error(&e))
     }
 }
+
+/// PostgreSQL's division: `/` of integers is an integer (truncated toward zero, as DuckDB's
+/// `integer_division` does), and a zero divisor of `/` or `%` is an error, where DuckDB
+/// answers NULL or infinity. The dialect wraps every divisor in `lakegate_divisor`.
+const PG_DIVISION: &str = "SET GLOBAL integer_division = true; \
+     CREATE OR REPLACE MACRO lakegate_divisor(x) AS \
+     CASE WHEN x = 0 THEN error('division by zero') ELSE x END;";
+
+/// How DuckDB reports `lakegate_divisor`'s error.
+const DIVISION_BY_ZERO: &str = "Invalid Input Error: division by zero";
 
 /// DuckDB's own caches for remote files, trusted without revalidation: Iceberg never rewrites a
 /// file under the same path, so a cached Parquet range, footer or HEAD answer stays true (the
@@ -316,7 +328,14 @@ fn duck_error(e: &duckdb::Error) -> Error {
         ErrorKind::UndefinedFunction
     } else if message.starts_with("Binder Error") && message.contains("column") {
         ErrorKind::UndefinedColumn
-    } else if message.starts_with("Conversion Error") || message.starts_with("Out of Range") {
+    } else if message.starts_with(DIVISION_BY_ZERO) {
+        return Error::Value {
+            kind: ErrorKind::DivisionByZero,
+            message: "division by zero".into(),
+        };
+    } else if message.starts_with("Out of Range") {
+        ErrorKind::NumericOutOfRange
+    } else if message.starts_with("Conversion Error") {
         ErrorKind::DataException
     } else if message.starts_with("Not implemented") {
         ErrorKind::Unsupported

@@ -45,6 +45,7 @@ pub mod pg_attribute;
 pub mod pg_extract;
 pub mod pg_float_numeric;
 pub mod pg_functions;
+pub mod pg_integer;
 pub mod pg_like;
 pub mod pg_numeric;
 pub mod pg_result_types;

@@ -6,6 +6,7 @@
 //!   `74`); DataFusion keeps the argument's scale for `ceil` and `floor` (`74.00`) and
 //!   computes `trunc` in floating point.
 //! - `sum` of a `bigint` is a `numeric` (it cannot overflow); DataFusion's is a `bigint`.
+//! - Integer literals are `integer`s when they fit ([`pg_integer::literals`](crate::pg_integer::literals)).
 
 use std::collections::HashSet;
 
@@ -24,6 +25,7 @@ use datafusion::logical_expr::{LogicalPlan, TableType};
 /// # Errors
 /// A node whose schema cannot be recomputed.
 pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
+    let plan = crate::pg_integer::literals(plan)?;
     let bigints = table_bigints(&plan);
     crate::semantics::rewrite_plan(
         plan,
@@ -248,7 +250,7 @@ mod tests {
             batches[0].schema().field(2).data_type(),
             &DataType::Decimal128(38, 0)
         );
-        // DataFusion's 64-bit integer literals are PostgreSQL integers: their sum is a bigint.
+        // Integer literals are PostgreSQL integers: their sum is a bigint.
         let batches =
             run("SELECT sum(CASE WHEN k > 1 THEN 1 ELSE 0 END) FROM (VALUES (1), (2)) AS v(k)")
                 .await;

@@ -278,11 +278,11 @@ fn spark_kind(message: &str) -> ErrorKind {
         "TABLE_OR_VIEW_NOT_FOUND" | "SCHEMA_NOT_FOUND" => ErrorKind::UndefinedTable,
         "UNRESOLVED_ROUTINE" => ErrorKind::UndefinedFunction,
         "DATATYPE_MISMATCH" => ErrorKind::DatatypeMismatch,
-        "DIVIDE_BY_ZERO"
-        | "CAST_INVALID_INPUT"
-        | "ARITHMETIC_OVERFLOW"
-        | "CAST_OVERFLOW"
-        | "NUMERIC_VALUE_OUT_OF_RANGE" => ErrorKind::DataException,
+        "DIVIDE_BY_ZERO" | "REMAINDER_BY_ZERO" => ErrorKind::DivisionByZero,
+        "ARITHMETIC_OVERFLOW" | "CAST_OVERFLOW" | "NUMERIC_VALUE_OUT_OF_RANGE" => {
+            ErrorKind::NumericOutOfRange
+        }
+        "CAST_INVALID_INPUT" => ErrorKind::DataException,
         "UNSUPPORTED_FEATURE" => ErrorKind::Unsupported,
         "OPERATION_CANCELED" => ErrorKind::Canceled,
         _ => ErrorKind::Internal,

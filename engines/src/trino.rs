@@ -335,10 +335,9 @@ fn trino_error(e: &TrinoError) -> Error {
         "TABLE_NOT_FOUND" | "SCHEMA_NOT_FOUND" | "CATALOG_NOT_FOUND" => ErrorKind::UndefinedTable,
         "FUNCTION_NOT_FOUND" => ErrorKind::UndefinedFunction,
         "TYPE_MISMATCH" | "FUNCTION_IMPLEMENTATION_MISSING" => ErrorKind::DatatypeMismatch,
-        "DIVISION_BY_ZERO"
-        | "NUMERIC_VALUE_OUT_OF_RANGE"
-        | "INVALID_CAST_ARGUMENT"
-        | "INVALID_FUNCTION_ARGUMENT" => ErrorKind::DataException,
+        "DIVISION_BY_ZERO" => ErrorKind::DivisionByZero,
+        "NUMERIC_VALUE_OUT_OF_RANGE" => ErrorKind::NumericOutOfRange,
+        "INVALID_CAST_ARGUMENT" | "INVALID_FUNCTION_ARGUMENT" => ErrorKind::DataException,
         "NOT_SUPPORTED" => ErrorKind::Unsupported,
         "USER_CANCELED" | "ADMINISTRATIVELY_KILLED" => ErrorKind::Canceled,
         _ if e.error_type.as_deref() == Some("INSUFFICIENT_RESOURCES") => ErrorKind::Unavailable,
