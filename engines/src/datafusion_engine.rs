@@ -113,6 +113,8 @@ impl DataFusionEngine {
         ctx.add_analyzer_rule(Arc::new(crate::pg_temporal::PgTemporal));
         ctx.add_analyzer_rule(Arc::new(crate::semantics::PgTextCasts));
         ctx.add_analyzer_rule(Arc::new(crate::pg_integer::PgIntegerArithmetic));
+        ctx.add_analyzer_rule(Arc::new(crate::session_zone::SessionZoneCasts));
+        ctx.add_analyzer_rule(Arc::new(crate::pg_datetime_input::PgDateTimeInput));
         ctx.register_udwf(crate::pg_window::ntile());
         for udf in crate::pg_functions::udfs() {
             ctx.register_udf(udf);
@@ -253,6 +255,7 @@ impl DataFusionEngine {
             Arc::new(LakeCatalog {
                 lake: self.lake.clone(),
                 pins: request.pins.clone(),
+                zone: crate::session_zone::column_zone(&request.settings.time_zone),
                 directory,
                 pg_catalog,
                 system,
@@ -417,6 +420,8 @@ pub fn positional_params(values: Vec<datafusion::scalar::ScalarValue>) -> ParamV
 struct LakeCatalog {
     lake: Arc<Lake>,
     pins: Pins,
+    /// The zone `timestamptz` columns are read in ([`crate::session_zone`]).
+    zone: Option<Arc<str>>,
     directory: Arc<Directory>,
     pg_catalog: Arc<dyn SchemaProvider>,
     system: Arc<dyn SchemaProvider>,
@@ -448,6 +453,7 @@ impl CatalogProvider for LakeCatalog {
             lake: self.lake.clone(),
             schema: name.to_string(),
             pins: self.pins.clone(),
+            zone: self.zone.clone(),
             names: self
                 .directory
                 .schemas
@@ -464,6 +470,7 @@ struct LakeSchema {
     lake: Arc<Lake>,
     schema: String,
     pins: Pins,
+    zone: Option<Arc<str>>,
     names: Vec<String>,
 }
 
@@ -490,6 +497,7 @@ impl SchemaProvider for LakeSchema {
             self.lake.clone(),
             resolved.table,
             resolved.snapshot_id,
+            self.zone.clone(),
         )
         .await?;
         Ok(Some(Arc::new(provider)))

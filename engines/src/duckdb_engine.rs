@@ -50,7 +50,7 @@ pub struct DuckDbOptions {
 /// The embedded DuckDB engine.
 pub struct DuckDbEngine {
     /// Idle connections to the one in-memory database (extensions loaded once, shared).
-    idle: Arc<Mutex<Vec<Connection>>>,
+    idle: Arc<Mutex<Vec<Pooled>>>,
     /// Kept to open more connections when all are busy.
     root: Mutex<Connection>,
 }
@@ -123,16 +123,59 @@ impl DuckDbEngine {
         })
     }
 
-    fn connection(&self) -> Result<Connection> {
+    fn connection(&self) -> Result<Pooled> {
         if let Some(c) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Ok(c);
         }
-        self.root
+        let conn = self
+            .root
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .try_clone()
-            .map_err(|e| duck_error(&e))
+            .map_err(|e| duck_error(&e))?;
+        Ok(Pooled {
+            conn,
+            zone: "UTC".into(),
+        })
     }
+}
+
+/// A connection and the `TimeZone` it computes in (`SET TimeZone` is per connection).
+struct Pooled {
+    conn: Connection,
+    zone: String,
+}
+
+impl Pooled {
+    /// Computes in `zone` from now on.
+    fn set_zone(&mut self, zone: &str) -> std::result::Result<(), duckdb::Error> {
+        if self.zone != zone {
+            self.conn
+                .execute_batch(&format!("SET TimeZone = '{}'", zone.replace('\'', "''")))?;
+            self.zone = zone.to_string();
+        }
+        Ok(())
+    }
+}
+
+/// The zone DuckDB (ICU) computes a session's `TimeZone` in: a tz database name as it is, a
+/// whole-hour offset as ICU's `Etc/GMT∓h` (POSIX signs: `Etc/GMT-5` is five hours east);
+/// `None` for an offset ICU has no zone for (`+05:30`).
+fn duckdb_zone(time_zone: &str) -> Option<String> {
+    if crate::session_zone::is_utc(time_zone) {
+        return Some("UTC".into());
+    }
+    if time_zone.parse::<chrono_tz::Tz>().is_ok() {
+        return Some(time_zone.to_string());
+    }
+    let seconds = match crate::pg_text::zone_for(time_zone) {
+        crate::pg_text::Zone::Fixed(offset) => offset.local_minus_utc(),
+        crate::pg_text::Zone::Named(_) => return None,
+    };
+    (seconds % 3600 == 0).then(|| match seconds / 3600 {
+        h if h > 0 => format!("Etc/GMT-{h}"),
+        h => format!("Etc/GMT+{}", -h),
+    })
 }
 
 /// PostgreSQL's division: `/` of integers is an integer (truncated toward zero, as DuckDB's
@@ -231,12 +274,21 @@ impl Engine for DuckDbEngine {
         ]
     }
 
+    /// DuckDB computes in the session's zone ([`duckdb_zone`]) when ICU has one for it.
+    fn refuses(&self, feature: Feature, settings: &crate::engine::Settings) -> bool {
+        match feature {
+            Feature::SessionZone => duckdb_zone(&settings.time_zone).is_none(),
+            other => self.inexact().contains(&other),
+        }
+    }
+
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
         let (schema, sql) = prepare(&request, "duckdb", Dialect::DuckDb)?;
-        let conn = self.connection()?;
+        let zone = duckdb_zone(&request.settings.time_zone).unwrap_or_else(|| "UTC".into());
+        let mut conn = self.connection()?;
         let done = Arc::new(AtomicBool::new(false));
         let guard = InterruptOnDrop {
-            handle: conn.interrupt_handle(),
+            handle: conn.conn.interrupt_handle(),
             done: done.clone(),
         };
         let (tx, rx) = mpsc::channel::<datafusion::error::Result<RecordBatch>>(2);
@@ -244,7 +296,13 @@ impl Engine for DuckDbEngine {
         let this_schema = schema.clone();
         let idle = self.idle.clone();
         tokio::task::spawn_blocking(move || {
-            let outcome = run_blocking(&conn, &sql, &this_schema, &tx, first_tx);
+            let outcome = match conn.set_zone(&zone) {
+                Ok(()) => run_blocking(&conn.conn, &sql, &this_schema, &tx, first_tx),
+                Err(e) => {
+                    let _ = first_tx.send(Err(duck_error(&e)));
+                    Ok(())
+                }
+            };
             if let Err(e) = outcome {
                 let _ = tx.blocking_send(Err(e.into_datafusion()));
             }
@@ -269,7 +327,7 @@ impl Engine for DuckDbEngine {
     async fn health(&self) -> Result<()> {
         let conn = self.connection()?;
         let conn =
-            tokio::task::spawn_blocking(move || conn.execute_batch("SELECT 1").map(|_| conn))
+            tokio::task::spawn_blocking(move || conn.conn.execute_batch("SELECT 1").map(|_| conn))
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))?
                 .map_err(|e| duck_error(&e))?;
@@ -278,7 +336,7 @@ impl Engine for DuckDbEngine {
     }
 }
 
-fn give_back(idle: &Mutex<Vec<Connection>>, conn: Connection) {
+fn give_back(idle: &Mutex<Vec<Pooled>>, conn: Pooled) {
     let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
     if idle.len() < 16 {
         idle.push(conn);

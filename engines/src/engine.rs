@@ -174,6 +174,13 @@ pub trait Engine: Debug + Send + Sync + 'static {
         &[]
     }
 
+    /// Whether a statement relying on `feature` is refused here for a session with
+    /// `settings`: by default, when it is one of [`Engine::inexact`]'s.
+    fn refuses(&self, feature: crate::semantics::Feature, settings: &Settings) -> bool {
+        let _ = settings;
+        self.inexact().contains(&feature)
+    }
+
     /// Whether the engine can take queries now.
     ///
     /// # Errors

@@ -47,14 +47,21 @@ pub(crate) struct LakeTable {
     snapshot: Option<SnapshotRef>,
     /// iceberg-datafusion's provider: the schema, and the scan of what the index does not take.
     fallback: IcebergStaticTableProvider,
+    /// The session's zone its `timestamptz` columns are read in (`None`: UTC, as stored); see
+    /// [`crate::session_zone`].
+    zone: Option<Arc<str>>,
+    /// The table's columns as the statement sees them (in `zone`).
+    schema: SchemaRef,
 }
 
 impl LakeTable {
-    /// The table at `snapshot_id` (`None`: a table with no snapshot yet).
+    /// The table at `snapshot_id` (`None`: a table with no snapshot yet), its `timestamptz`
+    /// columns in `zone`.
     pub(crate) async fn try_new(
         lake: Arc<Lake>,
         table: Table,
         snapshot_id: Option<i64>,
+        zone: Option<Arc<str>>,
     ) -> DFResult<Self> {
         let (snapshot, fallback) = match snapshot_id {
             Some(id) => (
@@ -66,11 +73,18 @@ impl LakeTable {
                 IcebergStaticTableProvider::try_new_from_table(table.clone()).await,
             ),
         };
+        let fallback = fallback.map_err(external)?;
+        let schema = match &zone {
+            Some(z) => crate::session_zone::zoned_schema(&fallback.schema(), z),
+            None => fallback.schema(),
+        };
         Ok(Self {
             lake,
             table,
             snapshot,
-            fallback: fallback.map_err(external)?,
+            fallback,
+            zone,
+            schema,
         })
     }
 
@@ -151,7 +165,7 @@ impl TableProvider for LakeTable {
     }
 
     fn schema(&self) -> SchemaRef {
-        self.fallback.schema()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -167,9 +181,17 @@ impl TableProvider for LakeTable {
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let pushed = self.pushable(filters);
         // A pushed-down `limit` is only a hint: the limit above the scan stops pulling rows.
-        match self.indexed(projection, &pushed).await? {
-            Some(scan) => Ok(Arc::new(scan)),
-            None => self.fallback.scan(state, projection, &pushed, limit).await,
+        let scan: Arc<dyn ExecutionPlan> = match self.indexed(projection, &pushed).await? {
+            Some(scan) => Arc::new(scan),
+            None => {
+                self.fallback
+                    .scan(state, projection, &pushed, limit)
+                    .await?
+            }
+        };
+        match &self.zone {
+            Some(zone) => crate::session_zone::in_zone(scan, zone),
+            None => Ok(scan),
         }
     }
 

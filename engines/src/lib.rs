@@ -28,7 +28,9 @@
 //! - [`pg_result_types`] — PostgreSQL's result types for `ceil`/`floor`/`trunc` of a numeric
 //!   and `sum` of a `bigint`.
 //! - [`pg_text`] — values printed as PostgreSQL prints them.
+//! - [`pg_datetime_input`] — date and time literals read as PostgreSQL reads them.
 //! - [`pg_zone`] — PostgreSQL's `AT TIME ZONE` (both directions) on the embedded engine.
+//! - [`session_zone`] — the session's `TimeZone`: `timestamptz` columns read in it.
 //! - [`pg_window`] — PostgreSQL's window functions where DataFusion's differ (`ntile`).
 //! - [`to_char`] — PostgreSQL's `to_char` templates on the embedded engine.
 //! - [`units`] — byte counts as people read them.
@@ -42,6 +44,7 @@ pub mod error;
 pub mod lake;
 mod lake_scan;
 pub mod pg_attribute;
+pub mod pg_datetime_input;
 pub mod pg_extract;
 pub mod pg_float_numeric;
 pub mod pg_functions;
@@ -54,6 +57,7 @@ pub mod pg_text;
 pub mod pg_window;
 pub mod pg_zone;
 pub mod semantics;
+pub mod session_zone;
 pub mod spark;
 pub mod system_catalog;
 pub mod to_char;

@@ -43,6 +43,22 @@ fn zone(name: &str) -> Option<chrono_tz::Tz> {
 /// # Errors
 /// [`Error::Unsupported`] for a zone that is not a tz database name.
 pub fn rewrite(statement: &mut Statement) -> Result<()> {
+    // `date_trunc(field, ts, zone)` (PostgreSQL 12) truncates on the zone's wall clock:
+    // `date_trunc(field, ts AT TIME ZONE zone) AT TIME ZONE zone`.
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Some((field, ts, zone)) = three_argument_date_trunc(expr) {
+            let wall = Expr::AtTimeZone {
+                timestamp: Box::new(Expr::Nested(Box::new(ts))),
+                time_zone: Box::new(zone.clone()),
+            };
+            let truncated = lakegate_sql::semantics::function_call("date_trunc", vec![field, wall]);
+            *expr = Expr::AtTimeZone {
+                timestamp: Box::new(truncated),
+                time_zone: Box::new(zone),
+            };
+        }
+        ControlFlow::<()>::Continue(())
+    });
     let flow = visit_expressions_mut(statement, |expr| {
         if let Expr::AtTimeZone {
             timestamp,
@@ -75,6 +91,32 @@ pub fn rewrite(statement: &mut Statement) -> Result<()> {
     }
 }
 
+/// The arguments of `date_trunc(field, ts, zone)`.
+fn three_argument_date_trunc(expr: &Expr) -> Option<(Expr, Expr, Expr)> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
+    let Expr::Function(f) = expr else {
+        return None;
+    };
+    if !f.name.to_string().eq_ignore_ascii_case("date_trunc") || f.over.is_some() {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let args: Vec<&Expr> = list
+        .args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    match args[..] {
+        [field, ts, zone] => Some((field.clone(), ts.clone(), zone.clone())),
+        _ => None,
+    }
+}
+
 /// `lakegate_at_time_zone(ts, zone)` for a session in `session_zone` (the zone a returned
 /// `timestamptz` is shown in).
 pub fn udf(session_zone: &str) -> ScalarUDF {
@@ -90,8 +132,19 @@ struct AtTimeZone {
     session: Arc<str>,
 }
 
+/// The zone the function converts to: a tz database name, or (for a session whose `TimeZone`
+/// is an offset: [`crate::session_zone`]) an ISO 8601 offset, positive east of Greenwich.
+fn target_zone(name: &str) -> Option<crate::pg_text::Zone> {
+    zone(name)
+        .map(crate::pg_text::Zone::Named)
+        .or_else(|| match crate::pg_text::zone_for(name) {
+            fixed @ crate::pg_text::Zone::Fixed(_) => Some(fixed),
+            crate::pg_text::Zone::Named(_) => None,
+        })
+}
+
 /// The wall-clock time in `tz` of the instant `micros` (microseconds since the epoch, UTC).
-fn wall_clock(micros: i64, tz: &chrono_tz::Tz) -> Option<i64> {
+fn wall_clock<Z: TimeZone>(micros: i64, tz: &Z) -> Option<i64> {
     let t = DateTime::from_timestamp_micros(micros)?;
     Some(
         t.with_timezone(tz)
@@ -104,7 +157,7 @@ fn wall_clock(micros: i64, tz: &chrono_tz::Tz) -> Option<i64> {
 /// The instant of the wall-clock time `micros` in `tz`. As PostgreSQL: a time a backward
 /// transition repeats takes the offset after it, a time a forward transition skips the offset
 /// before it.
-fn instant(micros: i64, tz: &chrono_tz::Tz) -> Option<i64> {
+pub(crate) fn instant<Z: TimeZone>(micros: i64, tz: &Z) -> Option<i64> {
     let local: NaiveDateTime = DateTime::from_timestamp_micros(micros)?.naive_utc();
     let utc = match tz.from_local_datetime(&local) {
         LocalResult::Single(t) => t.naive_utc(),
@@ -150,10 +203,16 @@ impl ScalarUDFImpl for AtTimeZone {
             return exec_err!("{NAME} takes two arguments");
         };
         let Some(tz) = (match zone_arg {
-            ColumnarValue::Scalar(v) => v.try_as_str().flatten().and_then(zone),
+            ColumnarValue::Scalar(v) => v.try_as_str().flatten().and_then(target_zone),
             ColumnarValue::Array(_) => None,
         }) else {
             return exec_err!("{NAME}: the zone must be a time zone database name");
+        };
+        let convert = |m: i64, aware: bool| match &tz {
+            crate::pg_text::Zone::Named(z) if aware => wall_clock(m, z),
+            crate::pg_text::Zone::Named(z) => instant(m, z),
+            crate::pg_text::Zone::Fixed(z) if aware => wall_clock(m, z),
+            crate::pg_text::Zone::Fixed(z) => instant(m, z),
         };
         let (array, scalar) = crate::semantics::argument_array(&args, 0)?;
         let aware = matches!(array.data_type(), DataType::Timestamp(_, Some(_)));
@@ -164,15 +223,7 @@ impl ScalarUDFImpl for AtTimeZone {
         let micros = micros.as_primitive::<TimestampMicrosecondType>();
         let converted: TimestampMicrosecondArray = micros
             .iter()
-            .map(|v| {
-                v.and_then(|m| {
-                    if aware {
-                        wall_clock(m, &tz)
-                    } else {
-                        instant(m, &tz)
-                    }
-                })
-            })
+            .map(|v| v.and_then(|m| convert(m, aware)))
             .collect();
         let out: ArrayRef = if aware {
             Arc::new(converted)

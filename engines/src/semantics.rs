@@ -73,6 +73,10 @@ pub enum Feature {
     /// `AT TIME ZONE` (PostgreSQL: a `timestamptz` becomes the zone's wall-clock `timestamp`,
     /// a `timestamp` the `timestamptz` of that wall clock).
     AtTimeZone,
+    /// A `timestamptz`'s day, hour, wall clock or calendar arithmetic, or the instant a text or
+    /// date compared with one stands for, in a session whose `TimeZone` is not UTC
+    /// ([`crate::session_zone`]).
+    SessionZone,
     /// A function computed by the embedded engine with PostgreSQL's definition
     /// ([`pg_functions`](crate::pg_functions)): `age`, `percentile_disc`, `sign` of a float.
     EmbeddedFunction,
@@ -98,6 +102,9 @@ impl Feature {
             Self::AtTimeZone => "AT TIME ZONE",
             Self::FloatToNumeric => "a float cast to numeric (PostgreSQL's 15 significant digits)",
             Self::TimestampDifference => "timestamp - timestamp (an interval of days and time)",
+            Self::SessionZone => {
+                "a timestamptz's date, time or calendar arithmetic in a session TimeZone other than UTC"
+            }
             Self::EmbeddedFunction => {
                 "age, percentile_disc or sign of a float (PostgreSQL's definitions)"
             }
@@ -413,6 +420,9 @@ pub fn features(plan: &LogicalPlan) -> Features {
         let schema = input_schema(node);
         let _ = node.apply_expressions(|expr| {
             expr.apply(|e| {
+                if crate::session_zone::sensitive(e, &schema) {
+                    found.insert(Feature::SessionZone);
+                }
                 match e {
                     Expr::Cast(Cast { expr, data_type })
                     | Expr::TryCast(TryCast { expr, data_type })

@@ -371,6 +371,7 @@ impl Engine for SparkEngine {
             Feature::FloatToNumeric,
             Feature::TimestampDifference,
             Feature::EmbeddedFunction,
+            Feature::SessionZone,
         ]
     }
 

@@ -135,6 +135,7 @@ impl Engine for TrinoEngine {
             Feature::AtTimeZone,
             Feature::FloatToNumeric,
             Feature::EmbeddedFunction,
+            Feature::SessionZone,
         ]
     }
 

@@ -15,8 +15,10 @@ engine (pinned) and routed, comparing column types and text row by row.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import zoneinfo
 import subprocess
 from pathlib import Path
 
@@ -145,3 +147,51 @@ def test_integer_results_have_postgresqls_types_and_overflow_is_an_error(engine_
                 with pytest.raises(psycopg.Error) as raised:
                     conn.execute(sql).fetchall()
                 assert raised.value.sqlstate == state, f"[{engine}] {sql}: {raised.value}"
+
+
+# A session whose TimeZone is not UTC (pgJDBC sends the JVM's zone): PostgreSQL reads a
+# parameter without an offset — psycopg's `str` (unknown type), a naive `datetime`
+# (timestamp), a `date` — as that wall clock in the session's zone, text or binary.
+ZONED_PARAMETERS = [
+    ("SELECT count(*) FROM conf.sales WHERE ordered_at >= %s", dt.datetime(2024, 3, 1)),
+    ("SELECT count(*) FROM conf.sales WHERE ordered_at >= %s",
+     dt.datetime(2024, 3, 1, tzinfo=zoneinfo.ZoneInfo("America/New_York"))),
+    ("SELECT count(*) FROM conf.sales WHERE ordered_at >= %s",
+     dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)),
+    ("SELECT count(*) FROM conf.sales WHERE ordered_at >= %s", dt.date(2024, 3, 1)),
+    ("SELECT count(*) FROM conf.sales WHERE ordered_at >= %s", "2024-03-01"),
+    ("SELECT count(*) FROM conf.sales WHERE ordered_at < %s::timestamptz", "2024-03-01 00:00"),
+    ("SELECT date_trunc('day', ordered_at) AS d, count(*) FROM conf.sales "
+     "WHERE ordered_at BETWEEN %s AND %s GROUP BY 1 ORDER BY 1", ("2024-02-01", "2024-02-04")),
+]
+
+
+def test_parameters_without_an_offset_are_read_in_the_sessions_zone(engine_estate):
+    lakegate = f"postgresql://tester@127.0.0.1:{engine_estate.gateway.port}/lakegate"
+    zone = "-c TimeZone=America/New_York"
+
+    def answers(url: str, options: str) -> dict:
+        out = {}
+        with psycopg.connect(url, autocommit=True, options=options) as conn:
+            for binary in (False, True):
+                for sql, params in ZONED_PARAMETERS:
+                    args = params if isinstance(params, tuple) else (params,)
+                    try:
+                        out[binary, sql, str(args)] = conn.cursor(binary=binary).execute(
+                            sql, args).fetchall()
+                    except psycopg.Error as e:
+                        out[binary, sql, str(args)] = e.sqlstate
+        return out
+
+    want = answers(engine_estate.oracle, zone)
+    assert want[False, ZONED_PARAMETERS[0][0], str((ZONED_PARAMETERS[0][1],))] != \
+        want[False, ZONED_PARAMETERS[2][0], str((ZONED_PARAMETERS[2][1],))], \
+        "the zone must change the answer, or this test proves nothing"
+    for engine in ENGINES:
+        got = answers(lakegate, f"{zone} -c lakegate.engine={engine}")
+        for key, value in want.items():
+            # An engine that computes in UTC refuses (0A000); the others answer exactly.
+            refused = engine in ("trino", "spark") and got[key] == "0A000"
+            assert refused or got[key] == value, f"[{engine}] {key}: {got[key]} != {value}"
+        if engine in ("datafusion", "duckdb", "auto"):
+            assert got == want, engine

@@ -67,7 +67,7 @@ impl GatewayService {
             if !is_planner
                 && let Some(feature) = planned
                     .as_ref()
-                    .and_then(|d| inexact_for(engine.inexact(), &d.features))
+                    .and_then(|d| refused_for(engine.as_ref(), &d.features, &plan.settings))
             {
                 let refused = Error::Inexact {
                     engine: name.clone(),
@@ -221,8 +221,15 @@ fn batch_bytes(batch: &arrow::array::RecordBatch) -> u64 {
 }
 
 /// The first of `features` an engine reproducing all but `inexact` cannot answer exactly.
-fn inexact_for(inexact: &[Feature], features: &Features) -> Option<Feature> {
-    features.iter().copied().find(|f| inexact.contains(f))
+fn refused_for(
+    engine: &dyn lakegate_engines::Engine,
+    features: &Features,
+    settings: &lakegate_engines::Settings,
+) -> Option<Feature> {
+    features
+        .iter()
+        .copied()
+        .find(|f| engine.refuses(*f, settings))
 }
 
 /// Whether an error of this kind is the engine's fault (unreachable, broken) rather than the

@@ -470,9 +470,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
             .map(|d| d.param_types.iter().map(Option::as_ref).collect())
             .unwrap_or_default();
         let params = if portal.parameter_len() > 0 {
-            Some(arrow_pg::datatypes::df::deserialize_parameters(
-                portal, &types,
-            )?)
+            Some(super::params::decode(portal, &types)?)
         } else {
             None
         };

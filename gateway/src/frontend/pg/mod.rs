@@ -3,6 +3,7 @@
 //! - [`handler`] — the handler set, simple query and statement running.
 //! - [`startup`] — authentication and the session's start.
 //! - [`extended`] — Parse/Describe/Bind/Execute.
+//! - `params`: bound parameters, date and time values read in the session's zone;
 //! - `encode`: Arrow batches as data rows; `cancel`: CancelRequest; [`idle`]: the
 //!   idle-in-transaction watchdog; `sqlstate`: error kinds as SQLSTATEs.
 
@@ -12,6 +13,7 @@ pub mod extended;
 mod forward;
 pub mod handler;
 pub mod idle;
+mod params;
 mod sqlstate;
 pub mod startup;
 
