@@ -151,9 +151,11 @@ impl DataFusionEngine {
     /// Planning errors (unknown column, type mismatch, unsupported SQL).
     pub async fn describe(&self, request: EngineRequest<'_>) -> Result<Described> {
         let ctx = self.context(&request).await?;
-        let plan = self.plan(&ctx, request.statement).await?;
+        let (plan, replaced) = self.plan(&ctx, request.statement).await?;
         let param_types = ordered_param_types(&plan.get_parameter_types()?)?;
         let planned = plan.schema().as_arrow().clone();
+        let mut constructs = crate::constructs::constructs(&plan);
+        constructs.extend(replaced);
         // What of PostgreSQL's semantics it relies on, read once type coercion made every
         // implicit cast explicit.
         let state = ctx.state();
@@ -166,6 +168,7 @@ impl DataFusionEngine {
             param_types,
             schema,
             features: crate::semantics::features(&analyzed),
+            constructs,
         })
     }
 
@@ -280,16 +283,24 @@ impl DataFusionEngine {
         Ok(ctx)
     }
 
-    async fn plan(&self, ctx: &SessionContext, statement: &Statement) -> Result<LogicalPlan> {
+    /// The statement's plan, and the constructs DataFusion's rewrites replaced in it (other
+    /// engines run them as written: see [`crate::constructs`]).
+    async fn plan(
+        &self,
+        ctx: &SessionContext,
+        statement: &Statement,
+    ) -> Result<(LogicalPlan, crate::constructs::Constructs)> {
         let mut statement = statement.clone();
         // PostgreSQL's spellings DataFusion plans differently (see each module).
         crate::pg_extract::rewrite(&mut statement);
         crate::pg_like::rewrite(&mut statement);
         crate::pg_zone::rewrite(&mut statement)?;
+        let replaced = crate::pg_text_rules::rewrite(&mut statement)?;
         let plan = ctx
             .state()
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await?;
+        crate::refusals::check(&plan)?;
         let plan = crate::pg_result_types::rewrite(plan)?;
         datafusion::execution::context::SQLOptions::new()
             .with_allow_ddl(false)
@@ -299,7 +310,7 @@ impl DataFusionEngine {
             .map_err(|_| Error::Unsupported {
                 what: "this statement (lakegate is read-only)".to_string(),
             })?;
-        Ok(plan)
+        Ok((plan, replaced))
     }
 }
 
@@ -397,7 +408,7 @@ impl Engine for DataFusionEngine {
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
         let ctx = self.context(&request).await?;
-        let mut plan = self.plan(&ctx, request.statement).await?;
+        let (mut plan, _) = self.plan(&ctx, request.statement).await?;
         if let Some(params) = request.params {
             plan = plan.replace_params_with_values(params)?;
         } else if !plan.get_parameter_types()?.is_empty() {

@@ -263,6 +263,10 @@ impl Engine for DuckDbEngine {
     /// in double precision, prints floats its own way and casts a float to a decimal from its
     /// binary value (Trino and Spark from its shortest text; PostgreSQL from 15 significant
     /// digits); its timestamps, dates and intervals print as PostgreSQL's.
+    fn verified(&self) -> Option<&'static [&'static str]> {
+        Some(crate::verified::DUCKDB)
+    }
+
     fn inexact(&self) -> &'static [Feature] {
         &[
             Feature::FloatText,

@@ -148,6 +148,9 @@ pub struct Described {
     pub schema: SchemaRef,
     /// The PostgreSQL behaviours it relies on that not every engine reproduces.
     pub features: crate::semantics::Features,
+    /// What it is made of ([`crate::constructs`]): an engine answers only statements made of
+    /// constructs verified on it.
+    pub constructs: crate::constructs::Constructs,
 }
 
 /// A query engine that reads the lake.
@@ -172,6 +175,13 @@ pub trait Engine: Debug + Send + Sync + 'static {
     /// differently.
     fn inexact(&self) -> &'static [crate::semantics::Feature] {
         &[]
+    }
+
+    /// The constructs ([`crate::constructs`]) the differential suite verified this engine
+    /// answers as PostgreSQL does; a statement made of anything else is refused here. `None`:
+    /// every construct (the planner, which answers what no other engine may).
+    fn verified(&self) -> Option<&'static [&'static str]> {
+        None
     }
 
     /// Whether a statement relying on `feature` is refused here for a session with

@@ -19,6 +19,7 @@
 //! - [`duckdb_engine`], [`trino`], [`spark`]: the other engines.
 //! - [`dialect`] — one parsed statement rendered for each engine, pinned to the snapshots.
 //! - [`conform`] — another engine's answer cast to the planner's schema.
+//! - [`constructs`] — what a statement is made of, for the engines' verified lists.
 //! - [`system_catalog`] — `pg_catalog` emulation over the lake for BI tools.
 //! - [`pg_attribute`] — exact column types in `pg_catalog.pg_attribute`.
 //! - [`semantics`] — PostgreSQL's value semantics: what the embedded engine keeps, and the
@@ -28,14 +29,18 @@
 //! - [`pg_result_types`] — PostgreSQL's result types for `ceil`/`floor`/`trunc` of a numeric
 //!   and `sum` of a `bigint`.
 //! - [`pg_text`] — values printed as PostgreSQL prints them.
+//! - [`pg_text_rules`] — `SIMILAR TO` and `varchar(n)` casts as PostgreSQL reads them.
+//! - [`refusals`] — what no engine answers as PostgreSQL does yet, refused at planning.
 //! - [`pg_datetime_input`] — date and time literals read as PostgreSQL reads them.
 //! - [`pg_zone`] — PostgreSQL's `AT TIME ZONE` (both directions) on the embedded engine.
 //! - [`session_zone`] — the session's `TimeZone`: `timestamptz` columns read in it.
 //! - [`pg_window`] — PostgreSQL's window functions where DataFusion's differ (`ntile`).
 //! - [`to_char`] — PostgreSQL's `to_char` templates on the embedded engine.
 //! - [`units`] — byte counts as people read them.
+//! - [`verified`] — the constructs each engine was verified for (generated).
 
 pub mod conform;
+pub mod constructs;
 pub mod datafusion_engine;
 pub mod dialect;
 pub mod duckdb_engine;
@@ -54,8 +59,10 @@ pub mod pg_numeric;
 pub mod pg_result_types;
 pub mod pg_temporal;
 pub mod pg_text;
+pub mod pg_text_rules;
 pub mod pg_window;
 pub mod pg_zone;
+pub mod refusals;
 pub mod semantics;
 pub mod session_zone;
 pub mod spark;
@@ -63,6 +70,7 @@ pub mod system_catalog;
 pub mod to_char;
 pub mod trino;
 pub mod units;
+pub mod verified;
 
 pub use engine::{Engine, EngineRef, EngineRequest, Pins, Settings};
 pub use error::{Error, ErrorKind, Result};

@@ -6,6 +6,7 @@
 //!   `74`); DataFusion keeps the argument's scale for `ceil` and `floor` (`74.00`) and
 //!   computes `trunc` in floating point.
 //! - `sum` of a `bigint` is a `numeric` (it cannot overflow); DataFusion's is a `bigint`.
+//! - `greatest`/`least` of floats and numerics is a float.
 //! - Integer literals are `integer`s when they fit ([`pg_integer::literals`](crate::pg_integer::literals)).
 
 use std::collections::HashSet;
@@ -32,7 +33,10 @@ pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
         |_| true,
         |e, schema| {
             Ok(
-                match integral(&e, schema).or_else(|| bigint_sum(&e, schema, &bigints)) {
+                match integral(&e, schema)
+                    .or_else(|| bigint_sum(&e, schema, &bigints))
+                    .or_else(|| float_extremes(&e, schema))
+                {
                     Some(rewritten) => Transformed::yes(rewritten),
                     None => Transformed::no(e),
                 },
@@ -127,6 +131,41 @@ fn bigint_sum(e: &Expr, schema: &DFSchema, bigints: &HashSet<(String, String)>) 
         }
         _ => None,
     }
+}
+
+/// `greatest`/`least` of floats and numerics compare and return floats, as PostgreSQL
+/// resolves them (`double precision` is the preferred numeric type); DataFusion chose the
+/// decimal.
+fn float_extremes(e: &Expr, schema: &DFSchema) -> Option<Expr> {
+    let Expr::ScalarFunction(ScalarFunction { func, args }) = e else {
+        return None;
+    };
+    if !matches!(func.name(), "greatest" | "least") {
+        return None;
+    }
+    let types: Vec<DataType> = args
+        .iter()
+        .map(|a| a.get_type(schema).ok())
+        .collect::<Option<_>>()?;
+    let decimal = |t: &DataType| matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..));
+    if !types.iter().any(DataType::is_floating) || !types.iter().any(decimal) {
+        return None;
+    }
+    let args = args
+        .iter()
+        .zip(&types)
+        .map(|(a, t)| {
+            if t.is_floating() {
+                a.clone()
+            } else {
+                Expr::Cast(Cast::new(Box::new(a.clone()), DataType::Float64))
+            }
+        })
+        .collect();
+    Some(Expr::ScalarFunction(ScalarFunction::new_udf(
+        func.clone(),
+        args,
+    )))
 }
 
 /// The rewrite of `e` if it is `ceil`, `floor` or `trunc` (one argument) of a decimal.

@@ -354,6 +354,10 @@ impl Engine for SparkEngine {
     /// Measured against PostgreSQL (tests/conformance): Spark prints timestamptz without its
     /// offset, floats and intervals its own way (a timestamp difference too), and has its own
     /// decimal division scale; it has no `AT TIME ZONE`.
+    fn verified(&self) -> Option<&'static [&'static str]> {
+        Some(crate::verified::SPARK)
+    }
+
     fn inexact(&self) -> &'static [Feature] {
         &[
             Feature::TemporalText,

@@ -120,6 +120,10 @@ impl Engine for TrinoEngine {
     /// floats its own way (`2024-01-01 03:51:00.000000`, `7.57E1`), keeps the dividend's scale
     /// in decimal division and average, and does not plan interval arithmetic on dates; its
     /// `AT TIME ZONE` keeps a timestamp with time zone.
+    fn verified(&self) -> Option<&'static [&'static str]> {
+        Some(crate::verified::TRINO)
+    }
+
     fn inexact(&self) -> &'static [Feature] {
         &[
             Feature::TemporalText,

@@ -158,7 +158,7 @@ pub enum Error {
         /// The engine.
         engine: String,
         /// The behaviour, in words.
-        what: &'static str,
+        what: String,
     },
     /// A `lakegate.<name>` table that does not exist.
     #[error("relation \"lakegate.{name}\" does not exist")]

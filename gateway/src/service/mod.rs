@@ -284,6 +284,7 @@ impl GatewayService {
                 Statement::Fetch { name, .. } => Ok(Some(Described {
                     param_types: vec![],
                     features: Default::default(),
+                    constructs: Default::default(),
                     schema: session.cursor(&name.value)?.schema.clone(),
                 })),
                 // The declared queries are planned (and refused) as their DECLARE would.

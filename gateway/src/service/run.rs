@@ -10,7 +10,6 @@ use datafusion::common::ParamValues;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
-use lakegate_engines::semantics::{Feature, Features};
 use lakegate_engines::{EngineRef, EngineRequest, ErrorKind};
 use tracing::{debug, warn};
 
@@ -65,15 +64,15 @@ impl GatewayService {
                 planned = Some(self.planned(plan).await?);
             }
             if !is_planner
-                && let Some(feature) = planned
+                && let Some(what) = planned
                     .as_ref()
-                    .and_then(|d| refused_for(engine.as_ref(), &d.features, &plan.settings))
+                    .and_then(|d| refusal(engine.as_ref(), d, &plan.settings))
             {
+                debug!(engine = %name, what = %what, "engine refuses: not PostgreSQL's answer");
                 let refused = Error::Inexact {
                     engine: name.clone(),
-                    what: feature.describe(),
+                    what,
                 };
-                debug!(engine = %name, feature = ?feature, "engine refuses: not PostgreSQL's answer");
                 if !routed {
                     return Err(refused);
                 }
@@ -221,15 +220,35 @@ fn batch_bytes(batch: &arrow::array::RecordBatch) -> u64 {
 }
 
 /// The first of `features` an engine reproducing all but `inexact` cannot answer exactly.
-fn refused_for(
+/// Whether engines answer statements with constructs they were not verified for: only to
+/// verify them (`tests/conformance/verified.py`), with `LAKEGATE_UNVERIFIED_CONSTRUCTS=1` in
+/// the gateway's environment.
+fn answer_unverified() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| std::env::var("LAKEGATE_UNVERIFIED_CONSTRUCTS").is_ok_and(|v| v == "1"))
+}
+
+/// Why `engine` refuses a statement `described` so, for a session with `settings` (`None`: it
+/// may answer): a PostgreSQL behaviour it does not reproduce, or a construct it has not been
+/// verified for ([`lakegate_engines::constructs`]).
+pub(crate) fn refusal(
     engine: &dyn lakegate_engines::Engine,
-    features: &Features,
+    described: &lakegate_engines::engine::Described,
     settings: &lakegate_engines::Settings,
-) -> Option<Feature> {
-    features
+) -> Option<String> {
+    if let Some(feature) = described
+        .features
         .iter()
-        .copied()
-        .find(|f| engine.refuses(*f, settings))
+        .find(|f| engine.refuses(**f, settings))
+    {
+        return Some(feature.describe().to_string());
+    }
+    let verified = engine.verified().filter(|_| !answer_unverified())?;
+    described
+        .constructs
+        .iter()
+        .find(|c| !verified.contains(&c.as_str()))
+        .map(|c| format!("{c} (not verified on it against PostgreSQL)"))
 }
 
 /// Whether an error of this kind is the engine's fault (unreachable, broken) rather than the

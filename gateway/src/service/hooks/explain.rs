@@ -50,7 +50,11 @@ impl GatewayService {
         ctx: &StatementContext,
     ) -> Result<QueryOutput> {
         let plan = self.explain_plan(target, session, ctx).await?;
-        let rows = self.explain_rows(&plan);
+        let mut rows = self.explain_rows(&plan);
+        if plan.route != Route::Planner {
+            let described = ctx.guard(self.planned(&plan)).await?;
+            rows.extend(self.exactness_rows(&plan, &described));
+        }
         let batch = RecordBatch::try_new(
             schema(),
             vec![
@@ -67,6 +71,37 @@ impl GatewayService {
             stream: batches_stream(batch.schema(), vec![batch]),
             tag: "EXPLAIN",
         })
+    }
+
+    /// What the statement relies on and is made of, and which candidates refuse it and why.
+    fn exactness_rows(&self, plan: &Plan, described: &Described) -> Vec<(String, String)> {
+        let join = |v: Vec<String>| v.join(", ");
+        let mut rows = vec![
+            (
+                "features".to_string(),
+                join(
+                    described
+                        .features
+                        .iter()
+                        .map(|f| format!("{f:?}"))
+                        .collect(),
+                ),
+            ),
+            (
+                "constructs".to_string(),
+                join(described.constructs.iter().cloned().collect()),
+            ),
+        ];
+        for name in &plan.engines {
+            if let Ok(engine) = self.engines.get(name)
+                && !self.engines.is_planner(name)
+                && let Some(why) =
+                    crate::service::run::refusal(engine.as_ref(), described, &plan.settings)
+            {
+                rows.push((format!("refused by {name}"), why));
+            }
+        }
+        rows
     }
 
     fn explain_rows(&self, plan: &Plan) -> Vec<(String, String)> {
@@ -144,6 +179,7 @@ pub(crate) fn described() -> Described {
     Described {
         param_types: vec![],
         features: Default::default(),
+        constructs: Default::default(),
         schema: schema(),
     }
 }

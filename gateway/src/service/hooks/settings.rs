@@ -145,6 +145,7 @@ pub(crate) fn describe(statement: &Statement) -> Option<Described> {
         Statement::ShowVariable { variable } => Some(Described {
             param_types: vec![],
             features: Default::default(),
+            constructs: Default::default(),
             schema: show_schema(&show_name(variable)),
         }),
         _ => None,

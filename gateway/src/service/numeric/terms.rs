@@ -228,8 +228,69 @@ fn number(n: usize) -> Expr {
     Expr::value(Value::Number(n.to_string(), false))
 }
 
-/// The arms of a `coalesce` or `CASE`, and the `CASE` that numbers the arm taken.
+/// `CASE` numbering the argument `greatest` (or `least`) returns: PostgreSQL skips NULLs and
+/// keeps the first of equal values, so argument `j` is taken when it is not NULL, every
+/// argument before it is NULL or strictly smaller (larger), and every one after it NULL or
+/// not larger (smaller).
+fn extreme_indicator(args: &[Expr], greatest: bool) -> Expr {
+    let (before, after) = if greatest {
+        (BinaryOperator::Lt, BinaryOperator::LtEq)
+    } else {
+        (BinaryOperator::Gt, BinaryOperator::GtEq)
+    };
+    let last = args.len() - 1;
+    let conditions = (0..last)
+        .map(|j| {
+            let mut condition = is_not_null(&args[j]);
+            for (k, other) in args.iter().enumerate().filter(|(k, _)| *k != j) {
+                let op = if k < j { before.clone() } else { after.clone() };
+                let smaller = Expr::BinaryOp {
+                    left: Box::new(nested(other)),
+                    op,
+                    right: Box::new(nested(&args[j])),
+                };
+                let allowed = Expr::BinaryOp {
+                    left: Box::new(Expr::IsNull(Box::new(other.clone()))),
+                    op: BinaryOperator::Or,
+                    right: Box::new(smaller),
+                };
+                condition = Expr::BinaryOp {
+                    left: Box::new(condition),
+                    op: BinaryOperator::And,
+                    right: Box::new(Expr::Nested(Box::new(allowed))),
+                };
+            }
+            CaseWhen {
+                condition,
+                result: number(j),
+            }
+        })
+        .collect();
+    Expr::Case {
+        case_token: AttachedToken::empty(),
+        end_token: AttachedToken::empty(),
+        operand: None,
+        conditions,
+        else_result: Some(Box::new(number(last))),
+    }
+}
+
+fn nested(e: &Expr) -> Expr {
+    Expr::Nested(Box::new(e.clone()))
+}
+
+/// The arms of a `coalesce`, `greatest`, `least` or `CASE`, and the `CASE` that numbers the
+/// arm taken.
 fn branches(e: &Expr) -> Option<(Vec<Expr>, Expr)> {
+    for (name, greatest) in [("greatest", true), ("least", false)] {
+        if let Some(args) = function_args(e, &[name]) {
+            if args.len() < 2 {
+                return None;
+            }
+            let indicator = extreme_indicator(&args, greatest);
+            return Some((args, indicator));
+        }
+    }
     if let Some(args) = function_args(e, &["coalesce"]) {
         if args.len() < 2 {
             return None;
