@@ -46,7 +46,70 @@ pub fn constructs(plan: &LogicalPlan) -> Constructs {
     found
 }
 
+/// `:float` when `e` is a float (keys engines order, group or match NaN and -0 by).
+fn float_key(e: &Expr, schema: &DFSchema) -> bool {
+    e.get_type(schema).is_ok_and(|t| t.is_floating())
+}
+
+/// Whether `e` is the float NaN written as a literal (`'NaN'::float8`).
+fn is_nan(e: &Expr) -> bool {
+    match e {
+        Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. }) => is_nan(expr),
+        Expr::Literal(v, _) => match v {
+            ScalarValue::Float64(Some(f)) => f.is_nan(),
+            ScalarValue::Float32(Some(f)) => f.is_nan(),
+            v => v
+                .try_as_str()
+                .flatten()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("nan")),
+        },
+        _ => false,
+    }
+}
+
+/// The keys a node sorts, groups, joins or makes distinct by, when they are floats.
+fn float_keys(node: &LogicalPlan, found: &mut Constructs) {
+    let schema = crate::semantics::input_schema(node);
+    let any = |es: &mut dyn Iterator<Item = &Expr>| {
+        let mut found = false;
+        for e in es {
+            found |= float_key(e, &schema);
+        }
+        found
+    };
+    let name = match node {
+        LogicalPlan::Sort(s) if any(&mut s.expr.iter().map(|k| &k.expr)) => "order_by:float",
+        LogicalPlan::Aggregate(a) if any(&mut a.group_expr.iter()) => "group_by:float",
+        LogicalPlan::Join(j) if any(&mut j.on.iter().flat_map(|(l, r)| [l, r])) => "join_on:float",
+        LogicalPlan::Distinct(_)
+            if node
+                .schema()
+                .fields()
+                .iter()
+                .any(|f| f.data_type().is_floating()) =>
+        {
+            "distinct:float"
+        }
+        LogicalPlan::Window(w)
+            if w.window_expr.iter().any(|e| {
+                let mut e = e;
+                while let Expr::Alias(a) = e {
+                    e = &a.expr;
+                }
+                matches!(e, Expr::WindowFunction(f)
+                    if f.params.order_by.iter().any(|k| float_key(&k.expr, &schema))
+                        || f.params.partition_by.iter().any(|k| float_key(k, &schema)))
+            }) =>
+        {
+            "window_by:float"
+        }
+        _ => return,
+    };
+    found.insert(name.into());
+}
+
 fn clause(node: &LogicalPlan, found: &mut Constructs) {
+    float_keys(node, found);
     let name = match node {
         LogicalPlan::Aggregate(a) => {
             if a.group_expr
@@ -270,7 +333,17 @@ fn expression(e: &Expr, schema: &DFSchema, truth: &[*const Expr], found: &mut Co
             if params.distinct {
                 found.insert("agg_distinct".into());
             }
-            format!("window:{}", fun.name())
+            match params.args.first().and_then(type_of) {
+                Some(t) => format!("window:{}({})", fun.name(), class(&t)),
+                None => format!("window:{}", fun.name()),
+            }
+        }
+        // A bound parameter arrives as a typed value, and a NULL is NULL in any type.
+        Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. })
+            if matches!(expr.as_ref(), Expr::Placeholder(_))
+                || matches!(expr.as_ref(), Expr::Literal(v, _) if v.is_null()) =>
+        {
+            return;
         }
         Expr::Cast(Cast { expr, data_type }) | Expr::TryCast(TryCast { expr, data_type }) => {
             match type_of(expr) {
@@ -293,7 +366,12 @@ fn expression(e: &Expr, schema: &DFSchema, truth: &[*const Expr], found: &mut Co
                     | Operator::IsNotDistinctFrom
             );
             if comparison && (float(left) || float(right)) {
-                format!("op:{op}:float")
+                // NaN as a literal: some engines prune files by bounds that leave NaN out.
+                if is_nan(left) || is_nan(right) {
+                    format!("op:{op}:float:nan")
+                } else {
+                    format!("op:{op}:float")
+                }
             } else if comparison || matches!(op, Operator::And | Operator::Or) {
                 return;
             } else {

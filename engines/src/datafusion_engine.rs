@@ -115,6 +115,7 @@ impl DataFusionEngine {
         ctx.add_analyzer_rule(Arc::new(crate::pg_integer::PgIntegerArithmetic));
         ctx.add_analyzer_rule(Arc::new(crate::session_zone::SessionZoneCasts));
         ctx.add_analyzer_rule(Arc::new(crate::pg_datetime_input::PgDateTimeInput));
+        ctx.add_analyzer_rule(Arc::new(crate::pg_float_keys::PgFloatKeys));
         ctx.register_udwf(crate::pg_window::ntile());
         for udf in crate::pg_functions::udfs() {
             ctx.register_udf(udf);

@@ -24,6 +24,7 @@
 //! - [`pg_attribute`] — exact column types in `pg_catalog.pg_attribute`.
 //! - [`semantics`] — PostgreSQL's value semantics: what the embedded engine keeps, and the
 //!   features a statement relies on that other engines refuse.
+//! - [`pg_float_keys`] — `-0` equal to `0` in comparisons and keys, as in PostgreSQL.
 //! - [`pg_float_numeric`] — float/numeric comparisons and casts as PostgreSQL makes them.
 //! - [`pg_numeric`] — PostgreSQL's numeric division (value-dependent scale).
 //! - [`pg_result_types`] — PostgreSQL's result types for `ceil`/`floor`/`trunc` of a numeric
@@ -51,6 +52,7 @@ mod lake_scan;
 pub mod pg_attribute;
 pub mod pg_datetime_input;
 pub mod pg_extract;
+pub mod pg_float_keys;
 pub mod pg_float_numeric;
 pub mod pg_functions;
 pub mod pg_integer;

@@ -7,6 +7,8 @@
 //!   computes `trunc` in floating point.
 //! - `sum` of a `bigint` is a `numeric` (it cannot overflow); DataFusion's is a `bigint`.
 //! - `greatest`/`least` of floats and numerics is a float.
+//! - A cast to `numeric` without a precision keeps the value's own scale (`qty::numeric` is
+//!   `8`, `'1.25'::numeric` is `1.25`); DataFusion casts to `numeric(38, 10)` (`8.0000000000`).
 //! - Integer literals are `integer`s when they fit ([`pg_integer::literals`](crate::pg_integer::literals)).
 
 use std::collections::HashSet;
@@ -36,6 +38,7 @@ pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
                 match integral(&e, schema)
                     .or_else(|| bigint_sum(&e, schema, &bigints))
                     .or_else(|| float_extremes(&e, schema))
+                    .or_else(|| unconstrained_numeric(&e, schema))
                 {
                     Some(rewritten) => Transformed::yes(rewritten),
                     None => Transformed::no(e),
@@ -166,6 +169,49 @@ fn float_extremes(e: &Expr, schema: &DFSchema) -> Option<Expr> {
         func.clone(),
         args,
     )))
+}
+
+/// DataFusion's type for `numeric` without a precision.
+const UNCONSTRAINED: DataType = DataType::Decimal128(38, 10);
+
+/// `x::numeric` with PostgreSQL's scale: an integer's is 0, a numeric keeps its own, a text
+/// literal's is its written decimals. Other values (a float, a text column) keep DataFusion's
+/// cast: a float is PostgreSQL's through [`crate::pg_float_numeric`]'s rule, a text column's
+/// scale would be per value.
+fn unconstrained_numeric(e: &Expr, schema: &DFSchema) -> Option<Expr> {
+    let Expr::Cast(Cast { expr, data_type }) = e else {
+        return None;
+    };
+    if *data_type != UNCONSTRAINED {
+        return None;
+    }
+    let to = |t: DataType| Some(Expr::Cast(Cast::new(expr.clone(), t)));
+    match expr.get_type(schema).ok()? {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => to(DataType::Decimal128(10, 0)),
+        DataType::Int64 => to(DataType::Decimal128(20, 0)),
+        DataType::Decimal128(..) => Some(expr.as_ref().clone()),
+        _ => match expr.as_ref() {
+            Expr::Literal(v, _) => {
+                let text = v.try_as_str().flatten()?.trim();
+                let digits = text.trim_start_matches(['-', '+']);
+                let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+                if whole.is_empty() && fraction.is_empty()
+                    || !whole
+                        .bytes()
+                        .chain(fraction.bytes())
+                        .all(|b| b.is_ascii_digit())
+                {
+                    return None;
+                }
+                let scale = u8::try_from(fraction.len()).ok()?;
+                let precision = u8::try_from(whole.len() + fraction.len()).ok()?.max(1);
+                (precision <= 38)
+                    .then_some(DataType::Decimal128(precision, scale as i8))
+                    .and_then(to)
+            }
+            _ => None,
+        },
+    }
 }
 
 /// The rewrite of `e` if it is `ceil`, `floor` or `trunc` (one argument) of a decimal.

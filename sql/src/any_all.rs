@@ -67,6 +67,82 @@ pub(crate) fn expand(expr: &mut Expr) {
     };
 }
 
+/// Rewrites `x [NOT] [I]LIKE ANY|ALL (literal array)` the same way: `x LIKE p1 OR x LIKE p2 …`
+/// (`ALL`: `AND`).
+pub(crate) fn expand_like(expr: &mut Expr) {
+    let (negated, any, of, pattern, escape_char, insensitive) = match expr {
+        Expr::Like {
+            negated,
+            any,
+            expr,
+            pattern,
+            escape_char,
+        } => (*negated, *any, expr, pattern, escape_char, false),
+        Expr::ILike {
+            negated,
+            any,
+            expr,
+            pattern,
+            escape_char,
+        } => (*negated, *any, expr, pattern, escape_char, true),
+        _ => return,
+    };
+    // `LIKE ALL (…)` parses as a call of a function `ALL`.
+    let (quantified_any, array) = match pattern.as_ref() {
+        _ if any => (true, pattern.as_ref()),
+        Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("all") => match &f.args {
+            sqlparser::ast::FunctionArguments::List(list) if list.args.len() == 1 => {
+                match &list.args[0] {
+                    sqlparser::ast::FunctionArg::Unnamed(
+                        sqlparser::ast::FunctionArgExpr::Expr(e),
+                    ) => (false, e),
+                    _ => return,
+                }
+            }
+            _ => return,
+        },
+        _ => return,
+    };
+    if calls_volatile(of) {
+        return;
+    }
+    let Some(elements) = literal_elements(array) else {
+        return;
+    };
+    let one = |p: Expr| {
+        if insensitive {
+            Expr::ILike {
+                negated,
+                any: false,
+                expr: of.clone(),
+                pattern: Box::new(p),
+                escape_char: escape_char.clone(),
+            }
+        } else {
+            Expr::Like {
+                negated,
+                any: false,
+                expr: of.clone(),
+                pattern: Box::new(p),
+                escape_char: escape_char.clone(),
+            }
+        }
+    };
+    let joined = elements.into_iter().map(one).reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: if quantified_any {
+            BinaryOperator::Or
+        } else {
+            BinaryOperator::And
+        },
+        right: Box::new(b),
+    });
+    *expr = match joined {
+        Some(e) => Expr::Nested(Box::new(e)),
+        None => Expr::value(Value::Boolean(!quantified_any)),
+    };
+}
+
 fn is_comparison(op: &BinaryOperator) -> bool {
     matches!(
         op,
@@ -220,6 +296,22 @@ mod tests {
         assert_eq!(
             rewritten("SELECT 1 FROM t WHERE s = ANY('{}') OR s = ALL('{}')"),
             "SELECT 1 FROM t WHERE false OR true"
+        );
+    }
+
+    #[test]
+    fn like_any_and_all_become_or_and_chains() {
+        assert_eq!(
+            rewritten("SELECT 1 FROM t WHERE s ILIKE ANY (ARRAY['%a%', '%b%'])"),
+            "SELECT 1 FROM t WHERE (s ILIKE '%a%' OR s ILIKE '%b%')"
+        );
+        assert_eq!(
+            rewritten("SELECT 1 FROM t WHERE s LIKE ALL (ARRAY['%a%', 'b%'])"),
+            "SELECT 1 FROM t WHERE (s LIKE '%a%' AND s LIKE 'b%')"
+        );
+        assert_eq!(
+            rewritten("SELECT s NOT LIKE ANY (ARRAY['x']) FROM t"),
+            "SELECT (s NOT LIKE 'x') FROM t"
         );
     }
 

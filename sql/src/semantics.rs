@@ -6,7 +6,8 @@
 //!   `count(*)` over groups (measured: a grouped `count(*) FILTER (WHERE qty > 10)` counted
 //!   the rows with a NULL `qty`).
 //! - `a ^ b` becomes `power(a, b)` (PostgreSQL's exponentiation operator; engines spell it as a
-//!   function).
+//!   function); `a ^@ b` becomes `starts_with(a, b)`, `mod(a, b)` becomes `a % b` and
+//!   `every(x)` becomes `bool_and(x)` (the same functions under the names engines know).
 //! - Time literals PostgreSQL accepts and engines may not are written out whole:
 //!   `TIMESTAMP '2024-03-01 10:00'` (no seconds) becomes `TIMESTAMP '2024-03-01 10:00:00'`.
 //! - `x op ANY/ALL (literal array)` is written out as `OR`/`AND` of comparisons
@@ -23,6 +24,7 @@ use sqlparser::ast::{
 /// Applies every rewrite of this module to `statement`.
 pub fn rewrite(statement: &mut Statement) {
     let _ = visit_expressions_mut(statement, |expr| {
+        rename(expr);
         match expr {
             Expr::Function(f) => {
                 if let Some(filter) = f.filter.take() {
@@ -64,10 +66,53 @@ pub fn rewrite(statement: &mut Statement) {
                 }
             }
             Expr::AnyOp { .. } | Expr::AllOp { .. } => crate::any_all::expand(expr),
+            Expr::Like { .. } | Expr::ILike { .. } => crate::any_all::expand_like(expr),
             _ => {}
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// PostgreSQL's spellings of functions every engine has under another name (module docs).
+fn rename(expr: &mut Expr) {
+    match expr {
+        Expr::BinaryOp {
+            op: BinaryOperator::PGStartsWith,
+            ..
+        } => {
+            let taken = std::mem::replace(expr, Expr::value(Value::Null));
+            if let Expr::BinaryOp { left, right, .. } = taken {
+                *expr = function_call("starts_with", vec![*left, *right]);
+            }
+        }
+        Expr::Function(f) if f.over.is_none() && f.within_group.is_empty() => {
+            let name = f.name.to_string().to_ascii_lowercase();
+            let name = name.strip_prefix("pg_catalog.").unwrap_or(&name);
+            let FunctionArguments::List(list) = &f.args else {
+                return;
+            };
+            let plain = |a: &FunctionArg| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+                _ => None,
+            };
+            match name {
+                "mod" if list.args.len() == 2 && list.duplicate_treatment.is_none() => {
+                    if let (Some(a), Some(b)) = (plain(&list.args[0]), plain(&list.args[1])) {
+                        *expr = Expr::Nested(Box::new(Expr::BinaryOp {
+                            left: Box::new(Expr::Nested(Box::new(a))),
+                            op: BinaryOperator::Modulo,
+                            right: Box::new(Expr::Nested(Box::new(b))),
+                        }));
+                    }
+                }
+                "every" => {
+                    f.name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new("bool_and"))]);
+                }
+                _ => {}
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `name(args…)` as a statement's function call (for rewrites here and in the engines).
@@ -134,6 +179,14 @@ pub(crate) mod tests {
             .remove(0);
         super::rewrite(&mut s);
         s.to_string()
+    }
+
+    #[test]
+    fn postgresql_spellings_become_the_engines() {
+        assert_eq!(
+            rewritten("SELECT mod(qty, 7), every(qty > 0), s ^@ 'a' FROM t"),
+            "SELECT ((qty) % (7)), bool_and(qty > 0), starts_with(s, 'a') FROM t"
+        );
     }
 
     #[test]

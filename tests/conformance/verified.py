@@ -15,6 +15,7 @@ listed constructs is printed as a conflict (name its shape apart in constructs.r
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +23,26 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ["duckdb", "trino", "spark"]
+
+# Constructs an engine answers differently depending on the data, not on how the statement is
+# written: the suite found a wrong answer made only of constructs it had answered right
+# elsewhere (on other rows). They stay off that engine's list, whatever passes.
+FLOAT_ORDER = r"^(op:(=|<>|!=|<|<=|>|>=|IS DISTINCT FROM|IS NOT DISTINCT FROM):float" \
+    r"|agg:(min|max)\(float\)|window:(min|max)\(float\)|(order_by|group_by|join_on|distinct|window_by):float)"
+DATA_DEPENDENT = {
+    "duckdb": [
+        (r":float:nan$", "DuckDB's Iceberg scan skips files by column bounds that leave NaN out "
+                         "when a float is compared with NaN"),
+    ],
+    "trino": [
+        (FLOAT_ORDER, "Trino compares, orders, groups and joins NaN as IEEE 754 does (NaN is "
+                      "neither equal to itself nor greater than a number); PostgreSQL orders it "
+                      "above every number"),
+        (r"^split_part\(", "Trino's split_part past the last field is NULL, PostgreSQL's ''"),
+        (r"^(greatest|least)\(", "Trino's greatest/least with a NULL argument is NULL; "
+                                  "PostgreSQL skips NULLs"),
+    ],
+}
 
 
 def records(path: Path):
@@ -79,6 +100,11 @@ def main(reports_dir: Path, url: str) -> None:
                 continue
             if sql not in misses:
                 right |= cs
+        for pattern, why in DATA_DEPENDENT.get(engine, []):
+            dropped = sorted(c for c in right if re.search(pattern, c))
+            right -= set(dropped)
+            if dropped:
+                print(f"{engine}: off the list ({why}): {dropped}", file=sys.stderr)
         for sql, outcome in misses.items():
             cs = constructs.get(sql)
             if outcome == "wrong" and cs is not None and cs <= right:
