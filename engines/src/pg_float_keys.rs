@@ -7,10 +7,11 @@
 //! maps `-0` to `0` and leaves every other value (NaN included) as it is. Values a query
 //! returns keep their sign, as PostgreSQL prints `-0`.
 //!
-//! A grouped `min` of floats answered NaN for a group holding NaN and numbers (DataFusion's
-//! grouped accumulator); PostgreSQL orders NaN above every number, so the group's minimum is
-//! its least number. `min` of a float is [`float_min`], and `SELECT DISTINCT` over floats is
-//! planned here as a grouping on their keys.
+//! A grouped `min` or `max` of floats lost track of NaN (DataFusion's grouped accumulators
+//! answered NaN for a minimum and a number for a maximum, depending on the order rows came
+//! in); PostgreSQL orders NaN above every number. `min` and `max` of a float are
+//! [`float_extreme`]'s, and `SELECT DISTINCT` over floats is planned here as a grouping on
+//! their keys.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -45,7 +46,8 @@ impl AnalyzerRule for PgFloatKeys {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
         let key = Arc::new(ScalarUDF::from(FloatKey::default()));
-        let min = Arc::new(float_min());
+        let min = Arc::new(float_extreme(Extreme::Min));
+        let max = Arc::new(float_extreme(Extreme::Max));
         plan.transform_up_with_subqueries(|node| {
             let schema = crate::semantics::input_schema(&node);
             let wrap = |e: Expr| -> Expr {
@@ -81,7 +83,7 @@ impl AnalyzerRule for PgFloatKeys {
                         .iter()
                         .map(|e| {
                             let rewritten =
-                                float_minimum(distinct_keys(e.clone(), &wrap), &schema, &min);
+                                extremes(distinct_keys(e.clone(), &wrap), &schema, [&min, &max]);
                             names.save(e).restore(rewritten)
                         })
                         .collect();
@@ -138,21 +140,24 @@ impl AnalyzerRule for PgFloatKeys {
     }
 }
 
-/// `e` with `min` of a float as [`float_min`].
-fn float_minimum(e: Expr, schema: &DFSchema, min: &Arc<AggregateUDF>) -> Expr {
+/// `e` with `min` and `max` of a float as [`float_extreme`]'s.
+fn extremes(e: Expr, schema: &DFSchema, ours: [&Arc<AggregateUDF>; 2]) -> Expr {
     let mut e = e;
     if let Expr::Alias(a) = &mut e {
-        *a.expr = float_minimum(a.expr.as_ref().clone(), schema, min);
+        *a.expr = extremes(a.expr.as_ref().clone(), schema, ours);
         return e;
     }
     if let Expr::AggregateFunction(AggregateFunction { func, params }) = &mut e
-        && func.name() == "min"
         && params.args.len() == 1
         && params.args[0]
             .get_type(schema)
             .is_ok_and(|t| t.is_floating())
     {
-        *func = min.clone();
+        match func.name() {
+            "min" => *func = ours[0].clone(),
+            "max" => *func = ours[1].clone(),
+            _ => {}
+        }
     }
     e
 }
@@ -302,9 +307,19 @@ impl ScalarUDFImpl for FloatKey {
     }
 }
 
-/// PostgreSQL's `min` of floats (NaN above every number; NaN only when every value is NaN).
-pub fn float_min() -> AggregateUDF {
-    AggregateUDF::from(FloatMin {
+/// Which end of PostgreSQL's float order an aggregate takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Extreme {
+    /// `min`: the least number; NaN only when every value is NaN.
+    Min,
+    /// `max`: NaN when there is one, else the greatest number.
+    Max,
+}
+
+/// PostgreSQL's `min` or `max` of floats (NaN above every number).
+pub fn float_extreme(extreme: Extreme) -> AggregateUDF {
+    AggregateUDF::from(FloatExtreme {
+        extreme,
         signature: Signature::uniform(
             1,
             vec![DataType::Float64, DataType::Float32],
@@ -314,17 +329,21 @@ pub fn float_min() -> AggregateUDF {
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct FloatMin {
+struct FloatExtreme {
+    extreme: Extreme,
     signature: Signature,
 }
 
-impl AggregateUDFImpl for FloatMin {
+impl AggregateUDFImpl for FloatExtreme {
     fn as_any(&self) -> &dyn Any {
         self
     }
 
     fn name(&self) -> &str {
-        "lakegate_float_min"
+        match self.extreme {
+            Extreme::Min => "lakegate_float_min",
+            Extreme::Max => "lakegate_float_max",
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -337,41 +356,52 @@ impl AggregateUDFImpl for FloatMin {
 
     fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
         Ok(vec![Arc::new(Field::new(
-            format!("{}[min]", args.name),
+            format!("{}[extreme]", args.name),
             args.return_field.data_type().clone(),
             true,
         ))])
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
-        Ok(Box::new(MinAccumulator {
+        Ok(Box::new(ExtremeAccumulator {
+            extreme: self.extreme,
             data_type: args.return_field.data_type().clone(),
-            min: None,
+            kept: None,
         }))
     }
 }
 
 #[derive(Debug)]
-struct MinAccumulator {
+struct ExtremeAccumulator {
+    extreme: Extreme,
     data_type: DataType,
-    min: Option<f64>,
+    kept: Option<f64>,
 }
 
-impl Accumulator for MinAccumulator {
+/// Whether `a` comes before `b` in PostgreSQL's float order (NaN after every number, equal
+/// to itself; -0 equal to 0).
+fn before(a: f64, b: f64) -> bool {
+    match (a.is_nan(), b.is_nan()) {
+        (true, _) => false,
+        (false, true) => true,
+        (false, false) => a < b,
+    }
+}
+
+impl Accumulator for ExtremeAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
         let Some(values) = values.first() else {
             return Ok(());
         };
         let values = arrow::compute::cast(values, &DataType::Float64)?;
         for v in values.as_primitive::<Float64Type>().iter().flatten() {
-            // NaN is above every number: it is the minimum only of NaNs.
-            let smaller = match self.min {
-                None => true,
-                Some(m) if m.is_nan() => !v.is_nan(),
-                Some(m) => !v.is_nan() && v < m,
+            let replaces = match (self.kept, self.extreme) {
+                (None, _) => true,
+                (Some(k), Extreme::Min) => before(v, k),
+                (Some(k), Extreme::Max) => before(k, v),
             };
-            if smaller {
-                self.min = Some(v);
+            if replaces {
+                self.kept = Some(v);
             }
         }
         Ok(())
@@ -386,10 +416,84 @@ impl Accumulator for MinAccumulator {
     }
 
     fn evaluate(&mut self) -> DfResult<ScalarValue> {
-        ScalarValue::Float64(self.min).cast_to(&self.data_type)
+        ScalarValue::Float64(self.kept).cast_to(&self.data_type)
     }
 
     fn size(&self) -> usize {
         std::mem::size_of_val(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, RecordBatch, StringArray};
+    use arrow::datatypes::Schema;
+    use datafusion::datasource::MemTable;
+    use datafusion::prelude::SessionContext;
+
+    async fn run(sql: &str) -> Vec<String> {
+        let ctx = SessionContext::new();
+        ctx.add_analyzer_rule(Arc::new(PgFloatKeys));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, true),
+            Field::new("v", DataType::Float64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "a", "b", "b", "b"])),
+                Arc::new(Float64Array::from(vec![
+                    Some(0.0),
+                    Some(-0.0),
+                    Some(f64::NAN),
+                    Some(2.0),
+                    None,
+                ])),
+            ],
+        )
+        .expect("batch");
+        let table = MemTable::try_new(schema, vec![vec![batch]]).expect("table");
+        ctx.register_table("t", Arc::new(table))
+            .expect("registered");
+        let batches = ctx
+            .sql(sql)
+            .await
+            .expect("planned")
+            .collect()
+            .await
+            .expect("ran");
+        arrow::util::pretty::pretty_format_batches(&batches)
+            .expect("printed")
+            .to_string()
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn negative_zero_equals_zero_where_values_are_compared_or_keyed() {
+        assert_eq!(run("SELECT count(*) FROM t WHERE v = 0").await, ["| 2 |"]);
+        assert_eq!(run("SELECT count(*) FROM t WHERE v < 0").await, ["| 0 |"]);
+        assert_eq!(run("SELECT count(DISTINCT v) FROM t").await, ["| 3 |"]);
+        assert_eq!(
+            run("SELECT count(*) FROM (SELECT DISTINCT v FROM t)").await,
+            ["| 4 |"]
+        );
+        assert_eq!(
+            run("SELECT count(*) FROM t a JOIN t b ON a.v = b.v").await,
+            // 0 and -0 match each other (4 pairs), NaN matches NaN, 2 matches 2.
+            ["| 6 |"]
+        );
+    }
+
+    #[tokio::test]
+    async fn grouped_min_and_max_of_floats_put_nan_above_every_number() {
+        assert_eq!(
+            run("SELECT s, min(v), max(v) FROM t GROUP BY s ORDER BY s").await,
+            ["| a | 0.0 | 0.0 |", "| b | 2.0 | NaN |"]
+        );
     }
 }

@@ -87,7 +87,15 @@ def test_every_engine_gives_the_independent_readers_answer(estate, reader, name,
     for engine in ENGINES:
         with psycopg.connect(gateway.dsn, autocommit=True,
                              options=f"-c lakegate.engine={engine}") as conn:
-            cur = conn.execute(sql, params)
+            try:
+                cur = conn.execute(sql, params)
+            except psycopg.errors.FeatureNotSupported as refused:
+                # Trino compares, orders and takes extremes of NaN as IEEE 754 does: it is
+                # never verified for float comparisons or extremes (engines/src/verified.rs).
+                why = str(refused)
+                assert engine == "trino" and (":float" in why or "(float)" in why), \
+                    f"{name} on {engine}: {why}"
+                continue
             got = normalise(cur.fetchall())
             types[engine] = [d.type_code for d in cur.description]
             answered = conn.execute(
@@ -97,6 +105,7 @@ def test_every_engine_gives_the_independent_readers_answer(estate, reader, name,
         assert got == want, f"{name} on {engine}"
         assert python_types(got) == python_types(want), f"{name} on {engine}: value types"
     assert all(t == types["datafusion"] for t in types.values()), f"{name}: types {types}"
+    assert {"datafusion", "duckdb"} <= types.keys(), f"{name}: answered by {sorted(types)}"
 
 
 def test_a_query_pinned_to_an_earlier_snapshot_reads_it_on_every_engine(estate):
@@ -156,7 +165,7 @@ def test_flight_sql_streams_the_schema_its_flight_info_announced_on_every_engine
     from adbc_driver_flightsql import DatabaseOptions, dbapi as flight
     uri = f"grpc://127.0.0.1:{estate.gateway.flight_port}"
     sql = ("SELECT status, count(*) AS n, sum(amount) AS total, min(amount) AS lo, "
-           "max(price) AS hi FROM typed GROUP BY status ORDER BY status")
+           "max(amount) AS hi FROM typed GROUP BY status ORDER BY status")
     with flight.connect(uri, db_kwargs={
             DatabaseOptions.RPC_CALL_HEADER_PREFIX.value + "x-lakegate-engine": engine}) as conn:
         cur = conn.cursor()
