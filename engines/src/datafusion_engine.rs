@@ -110,6 +110,11 @@ impl DataFusionEngine {
             .with_memory_limit(options.memory_limit.max(64 << 20), 1.0)
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(config, runtime);
+        // Common-subexpression elimination fails DataFusion's own physical-plan check when the
+        // expressions it shares carry Parquet field metadata or differ in nullability
+        // (`count(*) FILTER (WHERE returned), count(*) FILTER (WHERE NOT returned)`: internal
+        // error, measured); a repeated expression is computed twice instead.
+        ctx.remove_optimizer_rule("common_sub_expression_eliminate");
         ctx.add_analyzer_rule(Arc::new(crate::pg_temporal::PgTemporal));
         ctx.add_analyzer_rule(Arc::new(crate::semantics::PgTextCasts));
         ctx.add_analyzer_rule(Arc::new(crate::pg_integer::PgIntegerArithmetic));

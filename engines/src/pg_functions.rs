@@ -163,7 +163,12 @@ impl ScalarUDFImpl for Age {
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
         let timestamp = |t: &DataType| match t {
-            DataType::Timestamp(_, None) | DataType::Utf8 | DataType::Utf8View => Some(MICROS),
+            // A date is its midnight (PostgreSQL casts it; the wall clocks' difference is the
+            // same in any zone).
+            DataType::Timestamp(_, None)
+            | DataType::Date32
+            | DataType::Utf8
+            | DataType::Utf8View => Some(MICROS),
             _ => None,
         };
         match arg_types {

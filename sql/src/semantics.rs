@@ -1,10 +1,12 @@
 //! Rewrites that keep PostgreSQL's meaning on every engine, applied to each statement as it is
 //! parsed (before the classifier, the planner or any engine sees it):
 //!
-//! - `agg(x) FILTER (WHERE c)` becomes `agg(x) FILTER (WHERE (c) IS TRUE)`: PostgreSQL counts a
-//!   row only when the filter is true; DataFusion 53 counts a NULL filter as true in
-//!   `count(*)` over groups (measured: a grouped `count(*) FILTER (WHERE qty > 10)` counted
-//!   the rows with a NULL `qty`).
+//! - `agg(x) FILTER (WHERE c)` becomes `agg(x) FILTER (WHERE coalesce((c), false))`:
+//!   PostgreSQL counts a row only when the filter is true; DataFusion 53 counts a NULL filter
+//!   as true in `count(*)` over groups (measured: a grouped `count(*) FILTER (WHERE qty > 10)`
+//!   counted the rows with a NULL `qty`). Not `(c) IS TRUE`: two aggregates with that filter
+//!   (`sum(x) FILTER (…), avg(x) FILTER (…)`) made DataFusion's common-subexpression pass
+//!   fail with an internal error (its nullability).
 //! - `a ^ b` becomes `power(a, b)` (PostgreSQL's exponentiation operator; engines spell it as a
 //!   function); `a ^@ b` becomes `starts_with(a, b)`, `mod(a, b)` becomes `a % b` and
 //!   `every(x)` becomes `bool_and(x)` (the same functions under the names engines know).
@@ -28,11 +30,21 @@ pub fn rewrite(statement: &mut Statement) {
         match expr {
             Expr::Function(f) => {
                 if let Some(filter) = f.filter.take() {
-                    let already = matches!(filter.as_ref(), Expr::IsTrue(_));
+                    let already = matches!(
+                        filter.as_ref(),
+                        Expr::Function(g) if g.name.to_string() == "coalesce"
+                            && matches!(&g.args, FunctionArguments::List(l)
+                                if matches!(l.args.last(), Some(FunctionArg::Unnamed(
+                                    FunctionArgExpr::Expr(Expr::Value(v))))
+                                    if v.value == Value::Boolean(false)))
+                    );
                     f.filter = Some(if already {
                         filter
                     } else {
-                        Box::new(Expr::IsTrue(Box::new(Expr::Nested(filter))))
+                        Box::new(function_call(
+                            "coalesce",
+                            vec![Expr::Nested(filter), Expr::value(Value::Boolean(false))],
+                        ))
                     });
                 }
             }
@@ -193,7 +205,7 @@ pub(crate) mod tests {
     fn filters_pass_only_true_rows() {
         assert_eq!(
             rewritten("SELECT count(*) FILTER (WHERE qty > 10) FROM t"),
-            "SELECT count(*) FILTER (WHERE (qty > 10) IS TRUE) FROM t"
+            "SELECT count(*) FILTER (WHERE coalesce((qty > 10), false)) FROM t"
         );
         // Idempotent: the rewritten statement stays as it is.
         let once = rewritten("SELECT sum(x) FILTER (WHERE a OR b) FROM t");
