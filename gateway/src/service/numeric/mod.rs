@@ -629,4 +629,55 @@ mod tests {
             ("12.50", "0", true)
         );
     }
+
+    #[test]
+    fn a_max_of_arms_has_the_scale_of_the_arm_that_gave_it() {
+        let s = parse("SELECT region, max(coalesce(price, 0)) FROM t GROUP BY region");
+        let c = candidates(&s);
+        let rewritten = with_operands(&s, &c).to_string();
+        assert!(
+            rewritten.contains(
+                r#"max(CASE WHEN (CASE WHEN price IS NOT NULL THEN 0 ELSE 1 END) = 1 THEN coalesce(price, 0) END) AS "__lakegate_l1_2""#
+            ),
+            "{rewritten}"
+        );
+        let described = schema(&[
+            ("region", DataType::Utf8),
+            ("max", DataType::Decimal128(12, 2)),
+            ("l1_0", DataType::Decimal128(12, 2)),
+            ("l1_1", DataType::Decimal128(12, 2)),
+            ("l1_2", DataType::Decimal128(12, 2)),
+            ("t1_0", DataType::Decimal128(10, 2)),
+            ("t1_1", DataType::Int64),
+        ]);
+        let outputs = NumericOutputs::decide(&c, &described, 2).expect("mixed scales");
+        let executed = schema(&[
+            ("region", DataType::Utf8),
+            ("max", DataType::Decimal128(12, 2)),
+            ("l1_0", DataType::Decimal128(12, 2)),
+            ("l1_1", DataType::Decimal128(12, 2)),
+            ("l1_2", DataType::Decimal128(12, 2)),
+        ]);
+        let batch = RecordBatch::try_new(
+            executed.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c", "d"])),
+                decimals(vec![None, None, None, None], 12, 2),
+                // The group's max: a price, the `0` arm's zero, a price of 0.00, nothing.
+                decimals(vec![Some(1250), Some(0), Some(0), None], 12, 2),
+                // The largest price of the group; the largest value the `0` arm gave.
+                decimals(vec![Some(1250), None, Some(0), None], 12, 2),
+                decimals(vec![Some(0), Some(0), None, None], 12, 2),
+            ],
+        )
+        .expect("batch");
+        let out = outputs
+            .batch(&batch, &outputs.describe(&executed))
+            .expect("applied");
+        let text = out.column(1).as_string::<i32>();
+        assert_eq!(
+            (text.value(0), text.value(1), text.value(2), text.is_null(3)),
+            ("12.50", "0", "0.00", true)
+        );
+    }
 }

@@ -64,6 +64,17 @@ pub(crate) enum Term {
         counts: Vec<usize>,
         arms: Vec<usize>,
     },
+    /// `max` or `min` of a `CASE` or `coalesce` whose arms have their own scales: PostgreSQL's
+    /// extreme is one of the values, with the scale of the arm that gave it
+    /// (`max(coalesce(price, 0))` of a group whose prices are all NULL is `0`). The value is
+    /// leaf `value`; leaf `extremes[j]` is the extreme among the values arm `j` gave; arm `j`'s
+    /// type is typing column `arms[j]`. Equal values from arms of different scales are taken
+    /// in row order by PostgreSQL (either is its answer); the smaller scale is taken here.
+    ExtremeBranches {
+        value: usize,
+        extremes: Vec<usize>,
+        arms: Vec<usize>,
+    },
 }
 
 /// What an output column computes, and the SQL of what the engine must select for it.
@@ -408,10 +419,13 @@ fn build(program: &mut Program, e: &Expr) -> Term {
             {
                 return Term::Round(Box::new(build(program, &args[0])), places);
             }
-            if let Some([x]) = function_args(e, &["sum"]).as_deref()
+            if let Some(Expr::Function(f)) = Some(e)
+                && let Some([x]) = function_args(e, &["sum", "max", "min"]).as_deref()
                 && let Some((arms, indicator)) = branches(unnested(x))
                 && !arms.iter().any(divides)
             {
+                let aggregate = f.name.to_string().to_ascii_lowercase();
+                let summed = aggregate.ends_with("sum");
                 let call =
                     |name: &str, arg: Expr| lakegate_sql::semantics::function_call(name, vec![arg]);
                 let value = leaf_index(program, e.clone());
@@ -431,7 +445,8 @@ fn build(program: &mut Program, e: &Expr) -> Term {
                             }],
                             else_result: None,
                         };
-                        leaf_index(program, call("count", from_arm))
+                        let per_arm = if summed { "count" } else { aggregate.as_str() };
+                        leaf_index(program, call(per_arm, from_arm))
                     })
                     .collect();
                 let first = program.arms.len();
@@ -439,10 +454,19 @@ fn build(program: &mut Program, e: &Expr) -> Term {
                 program
                     .arms
                     .extend(arms.into_iter().map(|a| call("min", a)));
-                return Term::SummedBranches {
-                    value,
-                    counts,
-                    arms: (first..program.arms.len()).collect(),
+                let arms = (first..program.arms.len()).collect();
+                return if summed {
+                    Term::SummedBranches {
+                        value,
+                        counts,
+                        arms,
+                    }
+                } else {
+                    Term::ExtremeBranches {
+                        value,
+                        extremes: counts,
+                        arms,
+                    }
                 };
             }
             if let Some((arms, indicator)) = branches(e)
@@ -472,6 +496,7 @@ impl Term {
             Self::Binary(Op::Div | Op::Average, _, _)
             | Self::Branches { .. }
             | Self::SummedBranches { .. }
+            | Self::ExtremeBranches { .. }
             | Self::Variance { .. } => true,
             Self::Binary(_, l, r) => l.computes() || r.computes(),
         }
@@ -532,7 +557,9 @@ impl Term {
                     Kind::Numeric
                 }
             }
-            Self::Branches { arms, .. } | Self::SummedBranches { arms, .. } => {
+            Self::Branches { arms, .. }
+            | Self::SummedBranches { arms, .. }
+            | Self::ExtremeBranches { arms, .. } => {
                 if arms
                     .iter()
                     .all(|a| types.arms.get(*a).is_some_and(|k| k.0 == Kind::Integer))
@@ -557,7 +584,9 @@ impl Term {
                     || l.matters(types)
                     || r.matters(types)
             }
-            Self::Branches { arms, .. } | Self::SummedBranches { arms, .. } => {
+            Self::Branches { arms, .. }
+            | Self::SummedBranches { arms, .. }
+            | Self::ExtremeBranches { arms, .. } => {
                 let scales: Vec<u32> = arms
                     .iter()
                     .filter_map(|a| types.arms.get(*a).map(|k| k.1))
@@ -698,6 +727,27 @@ impl Term {
                     })
                     .filter_map(|(_, a)| types.arms.get(*a).map(|k| k.1))
                     .max();
+                Some(at_scale(v, scale))
+            }
+            Self::ExtremeBranches {
+                value,
+                extremes,
+                arms,
+            } => {
+                let Some(v) = leaves.get(*value).cloned().flatten() else {
+                    return Ok(None);
+                };
+                let scale = extremes
+                    .iter()
+                    .zip(arms)
+                    .filter(|(extreme, _)| {
+                        leaves.get(**extreme).cloned().flatten().is_some_and(|x| {
+                            let s = x.scale.max(v.scale);
+                            x.unscaled_at(s) == v.unscaled_at(s)
+                        })
+                    })
+                    .filter_map(|(_, a)| types.arms.get(*a).map(|k| k.1))
+                    .min();
                 Some(at_scale(v, scale))
             }
         })
