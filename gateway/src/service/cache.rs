@@ -22,6 +22,8 @@ use datafusion::sql::sqlparser::ast::{Expr, Statement, visit_expressions};
 use lakegate_engines::{Pins, Settings};
 use serde::{Deserialize, Serialize};
 
+use super::weight;
+
 /// `[cache]` configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -115,7 +117,8 @@ impl CacheOutcome {
 pub struct CacheKey {
     /// The statement itself, not its text: sqlparser prints some distinct string literals alike
     /// (see lakegate_engines::dialect), and they must not share an answer.
-    statement: Statement,
+    /// Shared by every key of the same statement ([`super::weight::Statements`]).
+    statement: Arc<Statement>,
     params: Vec<ScalarValue>,
     user: String,
     time_zone: String,
@@ -127,7 +130,7 @@ pub struct CacheKey {
 impl CacheKey {
     /// The key of `statement` with `params`, at these pins, for this session.
     pub fn new(
-        statement: &Statement,
+        statement: Arc<Statement>,
         params: Option<&ParamValues>,
         pins: &Pins,
         settings: &Settings,
@@ -145,7 +148,7 @@ impl CacheKey {
             None => Vec::new(),
         };
         Self {
-            statement: statement.clone(),
+            statement,
             params,
             user: settings.user.clone(),
             time_zone: settings.time_zone.clone(),
@@ -155,6 +158,34 @@ impl CacheKey {
                 .map(|((s, t), r)| (s.clone(), t.clone(), r.metadata_location.clone()))
                 .collect(),
         }
+    }
+
+    /// The heap this key holds, as the caches charge it (the statement's tree in full, even
+    /// where other keys share it: the bound stays honest when they are gone).
+    pub fn weight(&self) -> u64 {
+        weight::statement(&self.statement)
+            + self.params.iter().map(weight::scalar).sum::<u64>()
+            + weight::string(&self.user)
+            + weight::string(&self.time_zone)
+            + self
+                .search_path
+                .iter()
+                .map(|s| weight::string(s))
+                .sum::<u64>()
+            + self
+                .versions
+                .iter()
+                .map(|(s, t, l)| weight::string(s) + weight::string(t) + weight::string(l))
+                .sum::<u64>()
+    }
+}
+
+impl CachedResult {
+    /// The heap this result holds: its Arrow bytes, its schema and its batches' headers.
+    pub fn weight(&self) -> u64 {
+        self.bytes
+            + weight::schema(&self.schema)
+            + (self.batches.len() * (size_of::<RecordBatch>() + 64)) as u64
     }
 }
 
@@ -172,6 +203,7 @@ pub struct ResultCache<S = RandomState> {
     config: CacheConfig,
     store: moka::future::Cache<CacheKey, Arc<CachedResult>, S>,
     stats: CacheStats,
+    statements: weight::Statements,
 }
 
 /// Functions whose answer changes without any table changing.
@@ -229,15 +261,28 @@ impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
     pub fn with_hasher(config: CacheConfig, hasher: S) -> Self {
         let store = moka::future::Cache::builder()
             .max_capacity(config.max_bytes)
-            .weigher(|_k: &CacheKey, v: &Arc<CachedResult>| {
-                u32::try_from(v.bytes).unwrap_or(u32::MAX)
+            .weigher(|k: &CacheKey, v: &Arc<CachedResult>| {
+                u32::try_from(weight::ENTRY_BYTES + k.weight() + v.weight()).unwrap_or(u32::MAX)
             })
             .build_with_hasher(hasher);
         Self {
             config,
             store,
             stats: CacheStats::default(),
+            statements: weight::Statements::default(),
         }
+    }
+
+    /// The key of `statement` with `params`, at these pins, for this session; its syntax tree
+    /// shared with the other keys of the same statement.
+    pub fn key(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        pins: &Pins,
+        settings: &Settings,
+    ) -> CacheKey {
+        CacheKey::new(self.statements.intern(statement), params, pins, settings)
     }
 
     /// Whether caching is on.
@@ -362,24 +407,24 @@ mod tests {
 
     #[test]
     fn keys_change_with_parameters_and_settings() {
-        let s = parse("SELECT * FROM t WHERE id = $1");
+        let s = Arc::new(parse("SELECT * FROM t WHERE id = $1"));
         let pins = Pins::default();
         let base = Settings::default();
         let p1 = ParamValues::List(vec![ScalarValue::Int64(Some(1)).into()]);
         let p2 = ParamValues::List(vec![ScalarValue::Int64(Some(2)).into()]);
-        let k1 = CacheKey::new(&s, Some(&p1), &pins, &base);
-        assert_eq!(k1, CacheKey::new(&s, Some(&p1), &pins, &base));
-        assert_ne!(k1, CacheKey::new(&s, Some(&p2), &pins, &base));
+        let k1 = CacheKey::new(s.clone(), Some(&p1), &pins, &base);
+        assert_eq!(k1, CacheKey::new(s.clone(), Some(&p1), &pins, &base));
+        assert_ne!(k1, CacheKey::new(s.clone(), Some(&p2), &pins, &base));
         let paris = Settings {
             time_zone: "Europe/Paris".into(),
             ..Settings::default()
         };
-        assert_ne!(k1, CacheKey::new(&s, Some(&p1), &pins, &paris));
+        assert_ne!(k1, CacheKey::new(s.clone(), Some(&p1), &pins, &paris));
         let other_user = Settings {
             user: "bob".into(),
             ..Settings::default()
         };
-        assert_ne!(k1, CacheKey::new(&s, Some(&p1), &pins, &other_user));
+        assert_ne!(k1, CacheKey::new(s.clone(), Some(&p1), &pins, &other_user));
     }
 
     /// Every key hashes alike: only full-key equality can tell entries apart.
@@ -424,7 +469,7 @@ mod tests {
         let settings = Settings::default();
         let key = |user: &str, sql: &str| {
             CacheKey::new(
-                &parse(sql),
+                Arc::new(parse(sql)),
                 None,
                 &Pins::default(),
                 &Settings {

@@ -8,7 +8,6 @@ use lakegate_engines::EngineRequest;
 use lakegate_engines::engine::Described;
 
 use super::GatewayService;
-use super::cache::CacheKey;
 use super::output_names;
 use super::plan::Plan;
 use crate::error::Result;
@@ -56,7 +55,7 @@ impl GatewayService {
         let key = resolved
             .system_tables
             .is_empty()
-            .then(|| CacheKey::new(statement, None, &resolved.pins, settings));
+            .then(|| self.cache.key(statement, None, &resolved.pins, settings));
         if let Some(k) = &key
             && let Some(hit) = self.described.get(k).await
         {

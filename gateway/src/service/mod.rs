@@ -41,6 +41,7 @@ mod plan_tests;
 pub(crate) mod query;
 mod run;
 pub mod system;
+mod weight;
 
 use std::sync::Arc;
 
@@ -127,6 +128,9 @@ impl Command {
     }
 }
 
+/// Bytes of statement descriptions kept (estimated: [`weight`]).
+const DESCRIBED_BYTES: u64 = 32 << 20;
+
 /// The gateway's query pipeline.
 pub struct GatewayService {
     lake: Arc<Lake>,
@@ -178,7 +182,13 @@ impl GatewayService {
             engines: parts.engines,
             parser: Parser::new(parts.max_call_nesting),
             cache: ResultCache::new(parts.cache),
-            described: moka::future::Cache::new(10_000),
+            described: moka::future::Cache::builder()
+                .max_capacity(DESCRIBED_BYTES)
+                .weigher(|k: &CacheKey, d: &Described| {
+                    u32::try_from(weight::ENTRY_BYTES + k.weight() + weight::described(d))
+                        .unwrap_or(u32::MAX)
+                })
+                .build(),
             history: parts.history,
             router: parts.router,
             estimates: moka::future::Cache::new(10_000),

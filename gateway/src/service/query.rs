@@ -12,7 +12,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 
-use super::cache::{CacheKey, CacheOutcome, CachedResult, ResultCache, Uncached};
+use super::cache::{CacheOutcome, CachedResult, ResultCache, Uncached};
 use super::output_names;
 use super::plan::Plan;
 use super::run::Ran;
@@ -145,7 +145,7 @@ impl GatewayService {
             };
             return Ok(Answer::ran(self.run(plan, params).await?, outcome));
         }
-        let key = CacheKey::new(statement, params, pins, &plan.settings);
+        let key = self.cache.key(statement, params, pins, &plan.settings);
         let max = self.cache.max_entry_bytes();
         let ran_on = Mutex::new(None::<(String, Duration)>);
         // When this caller computes a result too large to cache: what it already read and the

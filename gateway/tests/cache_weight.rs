@@ -1,0 +1,159 @@
+//! What the result cache charges for an entry, against the heap the entry really holds: a
+//! counting allocator (this test binary only) measures the bytes a cache of point lookups and
+//! dashboards keeps, and the charge must cover them — otherwise `[cache] max_bytes` does not
+//! bound the gateway's memory (it once charged 1 KB of a 14 KB entry). The charge must not be
+//! wildly above either, or the cache keeps far fewer answers than its bound allows.
+
+use std::alloc::System;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Decimal128Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use cap::Cap;
+use datafusion::common::ParamValues;
+use datafusion::scalar::ScalarValue;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use lakegate_engines::{Pins, Settings};
+use lakegate_gateway::service::cache::CachedResult;
+use lakegate_gateway::service::{CacheConfig, ResultCache};
+
+#[global_allocator]
+static HEAP: Cap<System> = Cap::new(System, usize::MAX);
+
+fn parse(sql: &str) -> Statement {
+    Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .expect("valid SQL")
+        .remove(0)
+}
+
+/// One order row, as an engine hands it out: Parquet field ids in each field's metadata.
+fn order(id: i64) -> CachedResult {
+    let field = |name: &str, t: DataType, id: usize| {
+        Field::new(name, t, true).with_metadata(
+            [("PARQUET:field_id".to_string(), id.to_string())]
+                .into_iter()
+                .collect(),
+        )
+    };
+    let schema = Arc::new(Schema::new(vec![
+        field("order_id", DataType::Int64, 1),
+        field("customer_id", DataType::Int64, 2),
+        field("amount", DataType::Decimal128(12, 2), 3),
+        field("status", DataType::Utf8, 4),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![id])),
+        Arc::new(Int64Array::from(vec![id % 2000])),
+        Arc::new(
+            Decimal128Array::from(vec![i128::from(id) * 25])
+                .with_precision_and_scale(12, 2)
+                .expect("decimal"),
+        ),
+        Arc::new(StringArray::from(vec!["shipped"])),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("batch");
+    CachedResult {
+        schema,
+        bytes: batch.get_array_memory_size() as u64,
+        batches: vec![batch],
+    }
+}
+
+const DASHBOARD: &str = "SELECT l.status, date_trunc('month', o.event_ts) AS month, \
+    count(*) AS orders, sum(o.amount) AS revenue, avg(o.amount) AS average \
+    FROM shop.orders o JOIN shop.customers c ON c.customer_id = o.customer_id \
+    LEFT JOIN shop.lines l ON l.order_id = o.order_id \
+    WHERE o.event_ts >= TIMESTAMP '2024-01-01' AND c.region IN ('north', 'south') \
+    AND o.amount > ";
+
+/// Fills a fresh cache with `n` entries made by `entry`; (charged bytes, heap bytes held).
+async fn fill(
+    n: i64,
+    entry: impl Fn(i64) -> (Statement, Option<ParamValues>, CachedResult),
+) -> (u64, u64) {
+    let cache = ResultCache::new(CacheConfig::default());
+    let settings = Settings::default();
+    let pins = Pins::default();
+    for (statement, params, result) in (0..n).map(&entry) {
+        let key = cache.key(&statement, params.as_ref(), &pins, &settings);
+        drop(statement);
+        cache
+            .get_or_compute(key, async move { Ok(result) })
+            .await
+            .expect("cached");
+    }
+    let stats = cache.stats_values().await;
+    // What dropping the cache gives back is what it held.
+    let full = HEAP.allocated();
+    let charged = stats
+        .iter()
+        .find(|(name, _)| *name == "bytes")
+        .map(|(_, v)| *v)
+        .expect("bytes");
+    let entries = stats
+        .iter()
+        .find(|(name, _)| *name == "entries")
+        .map(|(_, v)| *v)
+        .expect("entries");
+    assert_eq!(entries, n as u64, "every entry stays (far below max_bytes)");
+    drop(cache);
+    let held = full.saturating_sub(HEAP.allocated()) as u64;
+    (charged, held)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_cache_charges_at_least_the_heap_its_entries_hold() {
+    let n = 2000;
+    // Distinct point lookups, as a client that writes ids into the text sends them.
+    let (charged, held) = fill(n, |i| {
+        (
+            parse(&format!("SELECT * FROM shop.orders WHERE order_id = {i}")),
+            None,
+            order(i),
+        )
+    })
+    .await;
+    println!(
+        "distinct point lookups: charged {} B, held {} B per entry",
+        charged / n as u64,
+        held / n as u64
+    );
+    assert!(charged >= held, "charged {charged} < held {held}");
+    assert!(charged <= 3 * held, "charged {charged} > 3 × held {held}");
+
+    // Distinct dashboards (a long statement, one row each).
+    let (charged, held) = fill(n / 4, |i| {
+        (
+            parse(&format!("{DASHBOARD}{i} GROUP BY 1, 2 ORDER BY 1, 2")),
+            None,
+            order(i),
+        )
+    })
+    .await;
+    println!(
+        "distinct dashboards: charged {} B, held {} B per entry",
+        charged / (n / 4) as u64,
+        held / (n / 4) as u64
+    );
+    assert!(charged >= held, "charged {charged} < held {held}");
+    assert!(charged <= 3 * held, "charged {charged} > 3 × held {held}");
+
+    // One prepared statement with many parameters: the keys share its tree, so the heap held
+    // is far below the charge (which stays an upper bound).
+    let (charged, held) = fill(n, |i| {
+        (
+            parse("SELECT * FROM shop.orders WHERE order_id = $1"),
+            Some(ParamValues::List(vec![ScalarValue::Int64(Some(i)).into()])),
+            order(i),
+        )
+    })
+    .await;
+    println!(
+        "one prepared lookup: charged {} B, held {} B per entry",
+        charged / n as u64,
+        held / n as u64
+    );
+    assert!(charged >= held, "charged {charged} < held {held}");
+}
