@@ -17,6 +17,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use lakegate_engines::{Pins, Settings};
 use lakegate_gateway::service::cache::CachedResult;
+use lakegate_gateway::service::parse::Parser as Statements;
 use lakegate_gateway::service::{CacheConfig, ResultCache};
 
 #[global_allocator]
@@ -103,8 +104,19 @@ async fn fill(
     (charged, held)
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn the_cache_charges_at_least_the_heap_its_entries_hold() {
+/// The tests count the one heap: they run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn the_cache_charges_at_least_the_heap_its_entries_hold() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(result_cache());
+}
+
+async fn result_cache() {
     let n = 2000;
     // Distinct point lookups, as a client that writes ids into the text sends them.
     let (charged, held) = fill(n, |i| {
@@ -156,4 +168,28 @@ async fn the_cache_charges_at_least_the_heap_its_entries_hold() {
         held / n as u64
     );
     assert!(charged >= held, "charged {charged} < held {held}");
+}
+
+/// The parser keeps the statements of the texts it saw; its charge covers their trees too.
+#[test]
+fn the_parser_charges_at_least_the_heap_of_the_statements_it_keeps() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let n = 2000;
+    let parser = Statements::new(64);
+    for i in 0..n {
+        parser
+            .parse(&format!("SELECT * FROM shop.orders WHERE order_id = {i}"))
+            .expect("parsed");
+    }
+    let charged = parser.kept_bytes();
+    let full = HEAP.allocated();
+    drop(parser);
+    let held = full.saturating_sub(HEAP.allocated()) as u64;
+    println!(
+        "parsed point lookups: charged {} B, held {} B per text",
+        charged / n,
+        held / n
+    );
+    assert!(charged >= held, "charged {charged} < held {held}");
+    assert!(charged <= 3 * held, "charged {charged} > 3 × held {held}");
 }

@@ -49,9 +49,10 @@ fn names_catalog(sql: &str) -> bool {
     has(b"pg_") || has(b"information_schema")
 }
 
-/// How much parsed SQL [`Parser`] keeps (weighed as the text's length: its statements take a
-/// few times that).
-const PARSED_BYTES: u64 = 16 << 20;
+/// How much parsed SQL [`Parser`] keeps, as the heap of the statements' trees and text
+/// ([`super::weight::parsed`]: weighed as the text alone, 16 MiB held about 4 GB of
+/// point-lookup trees).
+const PARSED_BYTES: u64 = 32 << 20;
 
 /// Statements longer than this are parsed every time (a generated query is rarely repeated).
 const PARSED_MAX_SQL: usize = 64 << 10;
@@ -76,7 +77,9 @@ impl Parser {
             max_call_nesting,
             parsed: moka::sync::Cache::builder()
                 .max_capacity(PARSED_BYTES)
-                .weigher(|sql: &Arc<str>, _| u32::try_from(sql.len()).unwrap_or(u32::MAX))
+                .weigher(|sql: &Arc<str>, statements: &Arc<Vec<Statement>>| {
+                    u32::try_from(super::weight::parsed(sql, statements.len())).unwrap_or(u32::MAX)
+                })
                 .build(),
         }
     }
@@ -114,6 +117,12 @@ impl Parser {
                 .insert(Arc::from(sql), Arc::new(statements.clone()));
         }
         Ok(statements)
+    }
+
+    /// The bytes the kept statements are charged (their estimated heap).
+    pub fn kept_bytes(&self) -> u64 {
+        self.parsed.run_pending_tasks();
+        self.parsed.weighted_size()
     }
 
     /// [`Parser::parse`] without the kept statements.

@@ -38,6 +38,15 @@ pub(crate) fn statement(statement: &Statement) -> u64 {
     TREE_BYTES + statement.to_string().len() as u64 * TREE_BYTES_PER_CHAR
 }
 
+/// The heap `statements` parsed from `sql` hold (the text kept beside them), estimated
+/// without printing them.
+pub(crate) fn parsed(sql: &str, statements: usize) -> u64 {
+    ENTRY_BYTES
+        + string(sql)
+        + statements as u64 * TREE_BYTES
+        + sql.len() as u64 * TREE_BYTES_PER_CHAR
+}
+
 /// The heap a schema holds.
 pub(crate) fn schema(schema: &Schema) -> u64 {
     let fields: u64 = schema
