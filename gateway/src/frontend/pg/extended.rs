@@ -10,7 +10,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 use futures::{Sink, SinkExt, StreamExt};
 use lakegate_engines::engine::Described;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
-use pgwire::api::query::{ExtendedQueryHandler, send_describe_response, send_execution_response};
+use pgwire::api::query::{ExtendedQueryHandler, send_execution_response};
 use pgwire::api::results::{DescribePortalResponse, FieldInfo, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
@@ -18,7 +18,7 @@ use pgwire::api::{ClientInfo, ClientPortalStore, DEFAULT_NAME, PgWireConnectionS
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::extendedquery::{
-    Close, CloseComplete, Describe, Execute, Flush, Parse, ParseComplete, Sync as PgSync,
+    Bind, Close, CloseComplete, Describe, Execute, Flush, Parse, ParseComplete, Sync as PgSync,
     TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
@@ -239,7 +239,7 @@ impl PgQueryHandler {
                 }
                 let done = Tag::new(&tag).with_rows(count);
                 client
-                    .send(PgWireBackendMessage::CommandComplete(done.into()))
+                    .feed(PgWireBackendMessage::CommandComplete(done.into()))
                     .await?;
             }
             Response::EmptyQuery => {
@@ -261,7 +261,7 @@ impl PgQueryHandler {
             }
             Response::Error(e) => {
                 client
-                    .send(PgWireBackendMessage::ErrorResponse((*e).into()))
+                    .feed(PgWireBackendMessage::ErrorResponse((*e).into()))
                     .await?;
                 status = status.to_error_state();
             }
@@ -303,7 +303,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
                 .insert(name);
         }
         client
-            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
             .await?;
         Ok(())
     }
@@ -329,7 +329,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
             _ => {}
         }
         client
-            .send(PgWireBackendMessage::CloseComplete(CloseComplete::new()))
+            .feed(PgWireBackendMessage::CloseComplete(CloseComplete::new()))
             .await?;
         Ok(())
     }
@@ -415,12 +415,42 @@ impl ExtendedQueryHandler for PgQueryHandler {
                 if let Some(schema) = session.cursor_schema(name) {
                     let fields = fields(&schema, &Format::UnifiedText, format_options(&session))?;
                     drop(session);
-                    send_describe_response(client, &DescribePortalResponse::new(fields)).await?;
+                    let response = DescribePortalResponse::new(fields);
+                    super::buffered::describe_response(client, &response).await?;
                     return Ok(());
                 }
             }
         }
-        self._on_describe(client, message).await
+        // pgwire's Describe, its answer left in the buffer (see `buffered`).
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => {
+                let Some(stmt) = client.portal_store().get_statement(name) else {
+                    return Err(PgWireError::StatementNotFound(name.to_owned()));
+                };
+                let response = self.do_describe_statement(client, &stmt).await?;
+                super::buffered::describe_response(client, &response).await
+            }
+            TARGET_TYPE_BYTE_PORTAL => {
+                let Some(portal) = client.portal_store().get_portal(name) else {
+                    return Err(PgWireError::PortalNotFound(name.to_owned()));
+                };
+                let response = self.do_describe_portal(client, &portal).await?;
+                super::buffered::describe_response(client, &response).await
+            }
+            other => Err(PgWireError::InvalidTargetType(other)),
+        }
+    }
+
+    /// Bind, its BindComplete left in the buffer until Sync or Flush (see `buffered`).
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        super::buffered::bind(client, message).await
     }
 
     async fn do_query<C>(

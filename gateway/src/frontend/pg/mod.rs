@@ -7,6 +7,7 @@
 //! - `encode`: Arrow batches as data rows; `cancel`: CancelRequest; [`idle`]: the
 //!   idle-in-transaction watchdog; `sqlstate`: error kinds as SQLSTATEs.
 
+mod buffered;
 mod cancel;
 mod encode;
 pub mod extended;
