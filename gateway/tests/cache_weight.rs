@@ -127,13 +127,7 @@ async fn result_cache() {
         )
     })
     .await;
-    println!(
-        "distinct point lookups: charged {} B, held {} B per entry",
-        charged / n as u64,
-        held / n as u64
-    );
-    assert!(charged >= held, "charged {charged} < held {held}");
-    assert!(charged <= 3 * held, "charged {charged} > 3 × held {held}");
+    check("distinct point lookups", n, charged, held, Some(3));
 
     // Distinct dashboards (a long statement, one row each).
     let (charged, held) = fill(n / 4, |i| {
@@ -144,13 +138,7 @@ async fn result_cache() {
         )
     })
     .await;
-    println!(
-        "distinct dashboards: charged {} B, held {} B per entry",
-        charged / (n / 4) as u64,
-        held / (n / 4) as u64
-    );
-    assert!(charged >= held, "charged {charged} < held {held}");
-    assert!(charged <= 3 * held, "charged {charged} > 3 × held {held}");
+    check("distinct dashboards", n / 4, charged, held, Some(3));
 
     // One prepared statement with many parameters: the keys share its tree, so the heap held
     // is far below the charge (which stays an upper bound).
@@ -162,12 +150,25 @@ async fn result_cache() {
         )
     })
     .await;
+    check("one prepared lookup", n, charged, held, None);
+}
+
+/// The charge covers the heap held, and (when `at_most` is given) is not above that many
+/// times it.
+fn check(what: &str, n: i64, charged: u64, held: u64, at_most: Option<u64>) {
+    let n = n as u64;
     println!(
-        "one prepared lookup: charged {} B, held {} B per entry",
-        charged / n as u64,
-        held / n as u64
+        "{what}: charged {} B, held {} B per entry",
+        charged / n,
+        held / n
     );
-    assert!(charged >= held, "charged {charged} < held {held}");
+    assert!(charged >= held, "{what}: charged {charged} < held {held}");
+    if let Some(k) = at_most {
+        assert!(
+            charged <= k * held,
+            "{what}: charged {charged} > {k} × held {held}"
+        );
+    }
 }
 
 /// The parser keeps the statements of the texts it saw; its charge covers their trees too.
@@ -185,11 +186,5 @@ fn the_parser_charges_at_least_the_heap_of_the_statements_it_keeps() {
     let full = HEAP.allocated();
     drop(parser);
     let held = full.saturating_sub(HEAP.allocated()) as u64;
-    println!(
-        "parsed point lookups: charged {} B, held {} B per text",
-        charged / n,
-        held / n
-    );
-    assert!(charged >= held, "charged {charged} < held {held}");
-    assert!(charged <= 3 * held, "charged {charged} > 3 × held {held}");
+    check("parsed point lookups", n, charged, held, Some(3));
 }

@@ -715,18 +715,9 @@ impl Term {
                 let Some(v) = leaves.get(*value).cloned().flatten() else {
                     return Ok(None);
                 };
-                let scale = counts
-                    .iter()
-                    .zip(arms)
-                    .filter(|(count, _)| {
-                        leaves
-                            .get(**count)
-                            .cloned()
-                            .flatten()
-                            .is_some_and(|n| n.unscaled.is_positive())
-                    })
-                    .filter_map(|(_, a)| types.arms.get(*a).map(|k| k.1))
-                    .max();
+                // The largest scale among the arms that gave a value.
+                let scale =
+                    arm_scales(leaves, types, counts, arms, |n| n.unscaled.is_positive()).max();
                 Some(at_scale(v, scale))
             }
             Self::ExtremeBranches {
@@ -737,21 +728,37 @@ impl Term {
                 let Some(v) = leaves.get(*value).cloned().flatten() else {
                     return Ok(None);
                 };
-                let scale = extremes
-                    .iter()
-                    .zip(arms)
-                    .filter(|(extreme, _)| {
-                        leaves.get(**extreme).cloned().flatten().is_some_and(|x| {
-                            let s = x.scale.max(v.scale);
-                            x.unscaled_at(s) == v.unscaled_at(s)
-                        })
-                    })
-                    .filter_map(|(_, a)| types.arms.get(*a).map(|k| k.1))
-                    .min();
+                // The smallest scale among the arms whose extreme is the value.
+                let scale = arm_scales(leaves, types, extremes, arms, |x| {
+                    let s = x.scale.max(v.scale);
+                    x.unscaled_at(s) == v.unscaled_at(s)
+                })
+                .min();
                 Some(at_scale(v, scale))
             }
         })
     }
+}
+
+/// The scales of the arms whose per-arm leaf (`per_arm[j]` for arm `arms[j]`) is not NULL and
+/// satisfies `keep`.
+fn arm_scales<'a>(
+    leaves: &'a [Option<Numeric>],
+    types: &'a Types<'_>,
+    per_arm: &'a [usize],
+    arms: &'a [usize],
+    keep: impl Fn(&Numeric) -> bool + 'a,
+) -> impl Iterator<Item = u32> + 'a {
+    per_arm
+        .iter()
+        .zip(arms)
+        .filter(move |(leaf, _)| {
+            leaves
+                .get(**leaf)
+                .and_then(Option::as_ref)
+                .is_some_and(&keep)
+        })
+        .filter_map(|(_, a)| types.arms.get(*a).map(|k| k.1))
 }
 
 /// `v` with `scale` decimals when that drops only zeros (the engine's value has the widest
