@@ -24,6 +24,8 @@ use datafusion::logical_expr::{
     WindowFrameBound, WindowFrameUnits,
 };
 
+use crate::pg_float_keys::is_float;
+
 /// The constructs of a statement, sorted.
 pub type Constructs = BTreeSet<String>;
 
@@ -46,11 +48,6 @@ pub fn constructs(plan: &LogicalPlan) -> Constructs {
     found
 }
 
-/// `:float` when `e` is a float (keys engines order, group or match NaN and -0 by).
-fn float_key(e: &Expr, schema: &DFSchema) -> bool {
-    e.get_type(schema).is_ok_and(|t| t.is_floating())
-}
-
 /// Whether `e` is the float NaN written as a literal (`'NaN'::float8`).
 fn is_nan(e: &Expr) -> bool {
     match e {
@@ -70,17 +67,11 @@ fn is_nan(e: &Expr) -> bool {
 /// The keys a node sorts, groups, joins or makes distinct by, when they are floats.
 fn float_keys(node: &LogicalPlan, found: &mut Constructs) {
     let schema = crate::semantics::input_schema(node);
-    let any = |es: &mut dyn Iterator<Item = &Expr>| {
-        let mut found = false;
-        for e in es {
-            found |= float_key(e, &schema);
-        }
-        found
-    };
+    let float = |e: &Expr| is_float(e, &schema);
     let name = match node {
-        LogicalPlan::Sort(s) if any(&mut s.expr.iter().map(|k| &k.expr)) => "order_by:float",
-        LogicalPlan::Aggregate(a) if any(&mut a.group_expr.iter()) => "group_by:float",
-        LogicalPlan::Join(j) if any(&mut j.on.iter().flat_map(|(l, r)| [l, r])) => "join_on:float",
+        LogicalPlan::Sort(s) if s.expr.iter().any(|k| float(&k.expr)) => "order_by:float",
+        LogicalPlan::Aggregate(a) if a.group_expr.iter().any(float) => "group_by:float",
+        LogicalPlan::Join(j) if j.on.iter().any(|(l, r)| float(l) || float(r)) => "join_on:float",
         LogicalPlan::Distinct(_)
             if node
                 .schema()
@@ -97,8 +88,8 @@ fn float_keys(node: &LogicalPlan, found: &mut Constructs) {
                     e = &a.expr;
                 }
                 matches!(e, Expr::WindowFunction(f)
-                    if f.params.order_by.iter().any(|k| float_key(&k.expr, &schema))
-                        || f.params.partition_by.iter().any(|k| float_key(k, &schema)))
+                    if f.params.order_by.iter().any(|k| float(&k.expr))
+                        || f.params.partition_by.iter().any(float))
             }) =>
         {
             "window_by:float"
@@ -356,17 +347,7 @@ fn expression(e: &Expr, schema: &DFSchema, truth: &[*const Expr], found: &mut Co
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             let float = |x: &Expr| type_of(x).is_some_and(|t| t.is_floating());
-            let comparison = matches!(
-                op,
-                Operator::Eq
-                    | Operator::NotEq
-                    | Operator::Lt
-                    | Operator::LtEq
-                    | Operator::Gt
-                    | Operator::GtEq
-                    | Operator::IsDistinctFrom
-                    | Operator::IsNotDistinctFrom
-            );
+            let comparison = crate::pg_float_keys::compares(*op);
             if comparison && (float(left) || float(right)) {
                 // NaN as a literal: some engines prune files by bounds that leave NaN out.
                 if is_nan(left) || is_nan(right) {

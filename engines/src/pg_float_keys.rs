@@ -35,6 +35,26 @@ use datafusion::optimizer::AnalyzerRule;
 /// The function a float key is read through.
 pub const NAME: &str = "lakegate_float_key";
 
+/// Whether `e` is a float (`real` or `double precision`) in `schema`.
+pub(crate) fn is_float(e: &Expr, schema: &DFSchema) -> bool {
+    e.get_type(schema).is_ok_and(|t| t.is_floating())
+}
+
+/// Whether `op` compares its operands (where PostgreSQL's float order differs from IEEE 754's).
+pub(crate) fn compares(op: Operator) -> bool {
+    matches!(
+        op,
+        Operator::Eq
+            | Operator::NotEq
+            | Operator::Lt
+            | Operator::LtEq
+            | Operator::Gt
+            | Operator::GtEq
+            | Operator::IsDistinctFrom
+            | Operator::IsNotDistinctFrom
+    )
+}
+
 /// The analyzer rule (see the module docs).
 #[derive(Debug, Default)]
 pub struct PgFloatKeys;
@@ -51,7 +71,7 @@ impl AnalyzerRule for PgFloatKeys {
         plan.transform_up_with_subqueries(|node| {
             let schema = crate::semantics::input_schema(&node);
             let wrap = |e: Expr| -> Expr {
-                if e.get_type(&schema).is_ok_and(|t| t.is_floating()) {
+                if is_float(&e, &schema) {
                     key.call(vec![e])
                 } else {
                     e
@@ -106,15 +126,7 @@ impl AnalyzerRule for PgFloatKeys {
                         .into_iter()
                         .map(|c| {
                             let column = Expr::Column(c);
-                            let keyed = if column
-                                .get_type(&input_schema)
-                                .is_ok_and(|t| t.is_floating())
-                            {
-                                key.call(vec![column.clone()])
-                            } else {
-                                column.clone()
-                            };
-                            names.save(&column).restore(keyed)
+                            names.save(&column).restore(wrap(column.clone()))
                         })
                         .collect();
                     Transformed::yes(LogicalPlan::Aggregate(Aggregate::try_new(
@@ -149,9 +161,7 @@ fn extremes(e: Expr, schema: &DFSchema, ours: [&Arc<AggregateUDF>; 2]) -> Expr {
     }
     if let Expr::AggregateFunction(AggregateFunction { func, params }) = &mut e
         && params.args.len() == 1
-        && params.args[0]
-            .get_type(schema)
-            .is_ok_and(|t| t.is_floating())
+        && is_float(&params.args[0], schema)
     {
         match func.name() {
             "min" => *func = ours[0].clone(),
@@ -179,7 +189,7 @@ fn distinct_keys(e: Expr, wrap: &dyn Fn(Expr) -> Expr) -> Expr {
 
 /// `e` with float operands of a comparison, `IN`, `BETWEEN` or window key read as keys.
 fn compared(e: Expr, schema: &DFSchema, key: &Arc<ScalarUDF>) -> Transformed<Expr> {
-    let float = |x: &Expr| x.get_type(schema).is_ok_and(|t| t.is_floating());
+    let float = |x: &Expr| is_float(x, schema);
     let already = |x: &Expr| matches!(x, Expr::ScalarFunction(f) if f.name() == NAME);
     let wrap = |x: Expr| {
         if float(&x) && !already(&x) {
@@ -190,17 +200,8 @@ fn compared(e: Expr, schema: &DFSchema, key: &Arc<ScalarUDF>) -> Transformed<Exp
     };
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if matches!(
-                op,
-                Operator::Eq
-                    | Operator::NotEq
-                    | Operator::Lt
-                    | Operator::LtEq
-                    | Operator::Gt
-                    | Operator::GtEq
-                    | Operator::IsDistinctFrom
-                    | Operator::IsNotDistinctFrom
-            ) && (float(&left) || float(&right))
+            if compares(op)
+                && (float(&left) || float(&right))
                 && !(already(&left) || already(&right)) =>
         {
             Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(

@@ -30,15 +30,7 @@ pub fn rewrite(statement: &mut Statement) {
         match expr {
             Expr::Function(f) => {
                 if let Some(filter) = f.filter.take() {
-                    let already = matches!(
-                        filter.as_ref(),
-                        Expr::Function(g) if g.name.to_string() == "coalesce"
-                            && matches!(&g.args, FunctionArguments::List(l)
-                                if matches!(l.args.last(), Some(FunctionArg::Unnamed(
-                                    FunctionArgExpr::Expr(Expr::Value(v))))
-                                    if v.value == Value::Boolean(false)))
-                    );
-                    f.filter = Some(if already {
+                    f.filter = Some(if passes_only_true(&filter) {
                         filter
                     } else {
                         Box::new(function_call(
@@ -83,6 +75,22 @@ pub fn rewrite(statement: &mut Statement) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// Whether a FILTER condition is already `coalesce(c, false)` (the rewrite is idempotent).
+fn passes_only_true(filter: &Expr) -> bool {
+    let Expr::Function(g) = filter else {
+        return false;
+    };
+    let FunctionArguments::List(list) = &g.args else {
+        return false;
+    };
+    g.name.to_string() == "coalesce"
+        && matches!(
+            list.args.last(),
+            Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))))
+                if v.value == Value::Boolean(false)
+        )
 }
 
 /// PostgreSQL's spellings of functions every engine has under another name (module docs).

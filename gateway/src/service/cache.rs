@@ -119,6 +119,8 @@ pub struct CacheKey {
     /// (see lakegate_engines::dialect), and they must not share an answer.
     /// Shared by every key of the same statement ([`super::weight::Statements`]).
     statement: Arc<Statement>,
+    /// The tree's estimated heap (a function of `statement`, computed once when interned).
+    tree_bytes: u64,
     params: Vec<ScalarValue>,
     user: String,
     time_zone: String,
@@ -128,9 +130,10 @@ pub struct CacheKey {
 }
 
 impl CacheKey {
-    /// The key of `statement` with `params`, at these pins, for this session.
-    pub fn new(
-        statement: Arc<Statement>,
+    /// The key of `statement` (with its estimated heap, as [`ResultCache::key`]'s interner
+    /// gives them) and `params`, at these pins, for this session.
+    pub(crate) fn new(
+        (statement, tree_bytes): (Arc<Statement>, u64),
         params: Option<&ParamValues>,
         pins: &Pins,
         settings: &Settings,
@@ -149,6 +152,7 @@ impl CacheKey {
         };
         Self {
             statement,
+            tree_bytes,
             params,
             user: settings.user.clone(),
             time_zone: settings.time_zone.clone(),
@@ -163,7 +167,7 @@ impl CacheKey {
     /// The heap this key holds, as the caches charge it (the statement's tree in full, even
     /// where other keys share it: the bound stays honest when they are gone).
     pub fn weight(&self) -> u64 {
-        weight::statement(&self.statement)
+        self.tree_bytes
             + self.params.iter().map(weight::scalar).sum::<u64>()
             + weight::string(&self.user)
             + weight::string(&self.time_zone)
@@ -407,7 +411,7 @@ mod tests {
 
     #[test]
     fn keys_change_with_parameters_and_settings() {
-        let s = Arc::new(parse("SELECT * FROM t WHERE id = $1"));
+        let s = (Arc::new(parse("SELECT * FROM t WHERE id = $1")), 0);
         let pins = Pins::default();
         let base = Settings::default();
         let p1 = ParamValues::List(vec![ScalarValue::Int64(Some(1)).into()]);
@@ -469,7 +473,7 @@ mod tests {
         let settings = Settings::default();
         let key = |user: &str, sql: &str| {
             CacheKey::new(
-                Arc::new(parse(sql)),
+                (Arc::new(parse(sql)), 0),
                 None,
                 &Pins::default(),
                 &Settings {

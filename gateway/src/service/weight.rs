@@ -86,7 +86,8 @@ pub(crate) fn described(d: &Described) -> u64 {
 /// 50,000 different parameters keeps one tree, not 50,000 copies. Bounded by the estimated
 /// bytes of the trees it keeps; a tree it dropped lives on in the keys that hold it.
 pub(crate) struct Statements {
-    trees: moka::sync::Cache<Arc<Statement>, Arc<Statement>>,
+    /// Each tree, with its estimated heap ([`statement`], printed once per tree).
+    trees: moka::sync::Cache<Arc<Statement>, (Arc<Statement>, u64)>,
 }
 
 /// Bytes of syntax trees the interner keeps, at most.
@@ -97,8 +98,8 @@ impl Default for Statements {
         Self {
             trees: moka::sync::Cache::builder()
                 .max_capacity(INTERNED_BYTES)
-                .weigher(|k: &Arc<Statement>, _: &Arc<Statement>| {
-                    u32::try_from(self::statement(k)).unwrap_or(u32::MAX)
+                .weigher(|_: &Arc<Statement>, (_, bytes): &(Arc<Statement>, u64)| {
+                    u32::try_from(*bytes).unwrap_or(u32::MAX)
                 })
                 .build(),
         }
@@ -106,13 +107,15 @@ impl Default for Statements {
 }
 
 impl Statements {
-    /// The shared tree equal to `statement` (kept from now on when it is new).
-    pub(crate) fn intern(&self, statement: &Statement) -> Arc<Statement> {
-        if let Some(tree) = self.trees.get(statement) {
-            return tree;
+    /// The shared tree equal to `statement` (kept from now on when it is new), and its
+    /// estimated heap.
+    pub(crate) fn intern(&self, statement: &Statement) -> (Arc<Statement>, u64) {
+        if let Some(hit) = self.trees.get(statement) {
+            return hit;
         }
         let tree = Arc::new(statement.clone());
-        self.trees.insert(tree.clone(), tree.clone());
-        tree
+        let interned = (tree.clone(), self::statement(&tree));
+        self.trees.insert(tree, interned.clone());
+        interned
     }
 }
