@@ -23,9 +23,13 @@ use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 
+use crate::accel::Accelerator;
 use crate::engine::{Described, Engine, EngineRequest, Pins, Settings};
 use crate::error::{Error, Result};
 use crate::lake::{Directory, Lake};
+
+/// The name of the engine that answers from accelerated copies.
+pub const ACCELERATED: &str = "accelerated";
 use crate::system_catalog::{SYSTEM_SCHEMAS, pg_catalog_schema, session_udfs};
 
 /// Options for the embedded DataFusion engine.
@@ -75,6 +79,10 @@ pub struct DataFusionEngine {
     views: Mutex<std::collections::HashMap<String, VisibleView>>,
     /// The last listing of namespaces and tables; refreshed for metadata queries.
     directory: Mutex<Arc<Directory>>,
+    /// `datafusion`, or `accelerated` for the engine that reads only [`Accelerator`] copies.
+    name: &'static str,
+    /// The copies this engine reads instead of files (the `accelerated` engine).
+    held: Option<Arc<Accelerator>>,
 }
 
 impl std::fmt::Debug for DataFusionEngine {
@@ -147,7 +155,26 @@ impl DataFusionEngine {
             static_tables,
             views: Mutex::new(std::collections::HashMap::new()),
             directory: Mutex::new(Arc::new(Directory::default())),
+            name: "datafusion",
+            held: None,
         })
+    }
+
+    /// The `accelerated` engine: DataFusion over `accelerator`'s in-memory copies. It answers
+    /// only statements whose every table is held at the snapshot they pinned
+    /// ([`Accelerator::declines`]), so its answers are the planner's, from memory.
+    ///
+    /// # Errors
+    /// As [`DataFusionEngine::try_new`].
+    pub fn accelerated(
+        lake: Arc<Lake>,
+        options: DataFusionOptions,
+        accelerator: Arc<Accelerator>,
+    ) -> Result<Self> {
+        let mut engine = Self::try_new(lake, options)?;
+        engine.name = ACCELERATED;
+        engine.held = Some(accelerator);
+        Ok(engine)
     }
 
     /// Plans the statement without running it: parameter types and result schema. This is
@@ -264,6 +291,7 @@ impl DataFusionEngine {
             Arc::new(LakeCatalog {
                 lake: self.lake.clone(),
                 pins: request.pins.clone(),
+                held: self.held.clone(),
                 zone: crate::session_zone::column_zone(&request.settings.time_zone),
                 directory,
                 pg_catalog,
@@ -409,7 +437,13 @@ pub fn ordered_param_types(
 #[async_trait]
 impl Engine for DataFusionEngine {
     fn name(&self) -> &str {
-        "datafusion"
+        self.name
+    }
+
+    fn declines(&self, pins: &Pins, reads_system: bool) -> Option<String> {
+        self.held
+            .as_ref()
+            .and_then(|held| held.declines(pins, reads_system))
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
@@ -437,6 +471,7 @@ pub fn positional_params(values: Vec<datafusion::scalar::ScalarValue>) -> ParamV
 struct LakeCatalog {
     lake: Arc<Lake>,
     pins: Pins,
+    held: Option<Arc<Accelerator>>,
     /// The zone `timestamptz` columns are read in ([`crate::session_zone`]).
     zone: Option<Arc<str>>,
     directory: Arc<Directory>,
@@ -470,6 +505,7 @@ impl CatalogProvider for LakeCatalog {
             lake: self.lake.clone(),
             schema: name.to_string(),
             pins: self.pins.clone(),
+            held: self.held.clone(),
             zone: self.zone.clone(),
             names: self
                 .directory
@@ -487,6 +523,8 @@ struct LakeSchema {
     lake: Arc<Lake>,
     schema: String,
     pins: Pins,
+    /// The accelerated copies this statement reads instead of files.
+    held: Option<Arc<Accelerator>>,
     zone: Option<Arc<str>>,
     names: Vec<String>,
 }
@@ -502,6 +540,21 @@ impl SchemaProvider for LakeSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        if let Some(held) = &self.held {
+            let pinned = self.pins.get(&self.schema, name).map(|t| t.snapshot_id);
+            return match pinned.and_then(|s| held.copy(&self.schema, name, s)) {
+                Some(copy) => Ok(Some(Arc::new(crate::accel::scan::HeldTable::new(
+                    copy,
+                    self.zone.clone(),
+                )))),
+                None => Err(DataFusionError::External(Box::new(Error::Unsupported {
+                    what: format!(
+                        "{}.{name} on the accelerated engine (not held at the statement's snapshot)",
+                        self.schema
+                    ),
+                }))),
+            };
+        }
         let resolved = match self.pins.get(&self.schema, name) {
             Some(t) => t.clone(),
             None => match self.lake.resolve(&self.schema, name).await {

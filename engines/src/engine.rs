@@ -191,6 +191,14 @@ pub trait Engine: Debug + Send + Sync + 'static {
         self.inexact().contains(&feature)
     }
 
+    /// Why this engine does not take a statement reading `pins` (and, when `reads_system`, the
+    /// catalog or lakegate's own tables); `None`: it may. Checked before anything runs, so
+    /// routing moves on at no cost.
+    fn declines(&self, pins: &Pins, reads_system: bool) -> Option<String> {
+        let _ = (pins, reads_system);
+        None
+    }
+
     /// Whether the engine can take queries now.
     ///
     /// # Errors

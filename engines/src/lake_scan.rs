@@ -88,6 +88,11 @@ impl LakeTable {
         })
     }
 
+    /// The table's columns as stored (UTC), whatever the session's zone.
+    pub(crate) fn stored_schema(&self) -> SchemaRef {
+        self.fallback.schema()
+    }
+
     /// The filters iceberg-rust may prune with: none that reads a float column. Parquet writers
     /// leave NaN out of a row group's min/max, so iceberg-rust's row-group filter drops a group
     /// holding NaN for `score > 4`, where PostgreSQL counts NaN as above every number.

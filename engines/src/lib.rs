@@ -18,6 +18,7 @@
 //! - [`datafusion_engine`] — the embedded DataFusion engine (also the planner of record).
 //! - [`duckdb_engine`], [`trino`], [`spark`]: the other engines.
 //! - [`dialect`] — one parsed statement rendered for each engine, pinned to the snapshots.
+//! - [`accel`] — exact acceleration: serving tables held in memory at their current snapshot.
 //! - [`conform`] — another engine's answer cast to the planner's schema.
 //! - [`constructs`] — what a statement is made of, for the engines' verified lists.
 //! - [`system_catalog`] — `pg_catalog` emulation over the lake for BI tools.
@@ -40,6 +41,7 @@
 //! - [`units`] — byte counts as people read them.
 //! - [`verified`] — the constructs each engine was verified for (generated).
 
+pub mod accel;
 pub mod conform;
 pub mod constructs;
 pub mod datafusion_engine;

@@ -56,6 +56,8 @@ pub struct Config {
     pub mask: Vec<crate::security::mask::MaskRule>,
     /// The PostgreSQL that answers catalog statements (`pg_catalog`, `information_schema`).
     pub pg_catalog: crate::mirror::CatalogConfig,
+    /// Serving tables held in memory by the `accelerated` engine.
+    pub acceleration: crate::acceleration::AccelerationConfig,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.
@@ -423,6 +425,7 @@ impl Config {
         }
         self.pg_listen_addr()?;
         self.flight_listen_addr()?;
+        self.acceleration.options()?;
         self.http_listen_addr()?;
         self.maintenance.validate().map_err(|e| match e {
             lakegate_maintenance::Error::Config { setting, reason } => {

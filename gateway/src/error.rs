@@ -160,6 +160,18 @@ pub enum Error {
         /// The behaviour, in words.
         what: String,
     },
+    /// The engine a session pinned does not take this statement now (the `accelerated` engine:
+    /// a table it does not hold at the statement's snapshot).
+    #[error(
+        "engine {engine} cannot answer this statement: {why}; let the router choose \
+         (SET lakegate.engine = auto) or pin another engine"
+    )]
+    Declined {
+        /// The engine.
+        engine: String,
+        /// Why, in words.
+        why: String,
+    },
     /// A `lakegate.<name>` table that does not exist.
     #[error("relation \"lakegate.{name}\" does not exist")]
     UnknownSystemTable {
@@ -242,7 +254,7 @@ impl Error {
             Self::PermissionDenied { .. } => ErrorKind::InsufficientPrivilege,
             Self::Guardrail { .. } => ErrorKind::LimitExceeded,
             Self::TooComplex { .. } => ErrorKind::TooComplex,
-            Self::Inexact { .. } => ErrorKind::Unsupported,
+            Self::Inexact { .. } | Self::Declined { .. } => ErrorKind::Unsupported,
             Self::CatalogMirror { .. } => ErrorKind::Unavailable,
             // The frontend sends the server's own SQLSTATE; this is for everything else.
             Self::Postgres(_) => ErrorKind::Internal,

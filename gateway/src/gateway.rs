@@ -56,16 +56,24 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
     let mirror =
         crate::mirror::CatalogMirror::start(&config.pg_catalog, &config.pg.database, lake.clone())
             .await?;
-    let planner = Arc::new(DataFusionEngine::try_new(
-        lake.clone(),
-        DataFusionOptions {
-            database: config.pg.database.clone(),
-            target_partitions: config.datafusion.target_partitions,
-            batch_size: config.datafusion.batch_size,
-            memory_limit: config.datafusion.memory_limit_mb.saturating_mul(1 << 20),
-        },
-    )?);
-    let engines = build_engines(config, planner).await?;
+    let datafusion = DataFusionOptions {
+        database: config.pg.database.clone(),
+        target_partitions: config.datafusion.target_partitions,
+        batch_size: config.datafusion.batch_size,
+        memory_limit: config.datafusion.memory_limit_mb.saturating_mul(1 << 20),
+    };
+    let planner = Arc::new(DataFusionEngine::try_new(lake.clone(), datafusion.clone())?);
+    // The accelerator indexes the columns the maintainer's telemetry finds hot; the maintainer
+    // is built after the engines.
+    let heat = Arc::new(std::sync::OnceLock::new());
+    let accelerator =
+        crate::acceleration::accelerator(&config.acceleration, lake.clone(), heat.clone())?;
+    let mut engines = build_engines(config, planner).await?;
+    if let Some(accelerator) = &accelerator {
+        let engine = DataFusionEngine::accelerated(lake.clone(), datafusion, accelerator.clone())?;
+        engines.all.insert(1, Arc::new(engine));
+        engines.accelerator = Some(accelerator.clone());
+    }
     info!(engines = ?engines.names(), default = %engines.default, "engines");
     let rules_dir = (!config.routing.rules_dir.is_empty())
         .then(|| std::path::PathBuf::from(&config.routing.rules_dir));
@@ -104,6 +112,11 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
     )?);
     let maintainer = Maintainer::new(lake.clone(), config.maintenance.clone()).await?;
     history.set_telemetry(maintainer.telemetry().clone());
+    if let Some(accelerator) = &accelerator {
+        // Set once, here; a second set cannot happen.
+        let _ = heat.set(maintainer.clone());
+        accelerator.spawn();
+    }
     let service = Arc::new(GatewayService::new(ServiceParts {
         lake,
         engines,

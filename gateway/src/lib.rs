@@ -13,6 +13,7 @@
 //! ```
 //!
 //! Layout (follow the names from `main.rs`):
+//! - [`acceleration`] — `[acceleration]`: serving tables held in memory (the `accelerated` engine).
 //! - [`gateway`] — builds the service from the [`config`] and runs the endpoints.
 //! - [`frontend`] — the endpoints behind one `Server` lifecycle — `pg`, `flight`, `http`.
 //! - [`service`] — the protocol-neutral query pipeline (plan, run, cache, hooks, system tables).
@@ -24,6 +25,7 @@
 //! - [`classify`] — statement kinds and the tables a statement reads (`lakegate-sql`).
 //! - [`error`] — the gateway's error type.
 
+pub mod acceleration;
 pub mod cli;
 /// Statement kinds and the tables a statement reads (the `lakegate-sql` crate).
 pub use lakegate_sql::classify;

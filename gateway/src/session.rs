@@ -93,7 +93,14 @@ const PARAMS: &[Param] = &[
 ];
 
 /// Values `lakegate.engine` accepts: `auto` (routing) or an engine's name.
-pub const ENGINE_NAMES: &[&str] = &["auto", "datafusion", "duckdb", "trino", "spark"];
+pub const ENGINE_NAMES: &[&str] = &[
+    "auto",
+    "datafusion",
+    "accelerated",
+    "duckdb",
+    "trino",
+    "spark",
+];
 
 fn param(name: &str) -> Option<&'static Param> {
     PARAMS.iter().find(|p| p.name == name)

@@ -580,6 +580,19 @@ impl Maintainer {
         })
     }
 
+    /// The columns `namespace.table`'s queries filter on most (decayed heat): those at least
+    /// `share` of the hottest, at most `max`, hottest first.
+    pub fn hot_columns(&self, namespace: &str, table: &str, share: f64, max: usize) -> Vec<String> {
+        let view = self.heat_view(&crate::telemetry::table_key(namespace, table));
+        let top = view.columns.first().map_or(0.0, |c| c.1);
+        view.columns
+            .into_iter()
+            .filter(|(_, w)| *w > 0.0 && *w >= top * share)
+            .take(max)
+            .map(|(c, _)| c)
+            .collect()
+    }
+
     /// The health computed last (by a cycle or [`Maintainer::health`]), for metrics.
     pub fn last_health(&self) -> Vec<TableHealth> {
         self.last_health

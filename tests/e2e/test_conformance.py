@@ -5,7 +5,8 @@ engine (pinned) and routed, comparing column types and text row by row.
 
 - The files must be PostgreSQL's answers: run against the oracle itself, every record matches.
 - A pinned Trino, Spark or DuckDB may refuse a statement (an error, never an answer); DataFusion
-  and routed sessions must answer.
+  (over the files, and `accelerated`: over the estate's in-memory copies of every table) and
+  routed sessions must answer.
 - Every engine runs it twice: over the lake on local disk and over the same rows on S3 (the
   estate's `s3lake` catalog, served by a second lakegate; Trino and Spark read it through their
   own S3 file systems). The answers must not depend on where the files are.
@@ -29,7 +30,7 @@ from conftest import ROOT, lakegate_bin
 
 SUITE = sorted((ROOT / "tests" / "conformance").glob("*.slt"))
 KNOWN = ROOT / "tests" / "conformance" / "known_gaps.tsv"
-ENGINES = ["datafusion", "duckdb", "trino", "spark", "auto"]
+ENGINES = ["datafusion", "accelerated", "duckdb", "trino", "spark", "auto"]
 
 
 def slt_bin() -> str:
@@ -98,8 +99,9 @@ def test_every_engine_gives_postgresqls_answer_or_refuses(conformance, request):
     if fixed:
         print(f"{len(fixed)} known gaps now match PostgreSQL: remove them from {KNOWN.name}")
     for engine, r in conformance.items():
-        # A refusal is only ever an error: DataFusion and routed sessions never refuse.
-        if engine in ("datafusion", "auto"):
+        # A refusal is only ever an error: DataFusion (from files or from memory) and routed
+        # sessions never refuse.
+        if engine in ("datafusion", "accelerated", "auto"):
             assert r["refused"] == 0, r
         assert r["records"] == conformance["datafusion"]["records"]
 
@@ -193,5 +195,5 @@ def test_parameters_without_an_offset_are_read_in_the_sessions_zone(engine_estat
             # An engine that computes in UTC refuses (0A000); the others answer exactly.
             refused = engine in ("trino", "spark") and got[key] == "0A000"
             assert refused or got[key] == value, f"[{engine}] {key}: {got[key]} != {value}"
-        if engine in ("datafusion", "duckdb", "auto"):
+        if engine in ("datafusion", "accelerated", "duckdb", "auto"):
             assert got == want, engine

@@ -55,30 +55,43 @@ impl SnapshotFiles {
         field_ids: &[i32],
         predicate: Option<&BoundPredicate>,
     ) -> Vec<FileScanTask> {
+        self.data_files()
+            .filter(|file| predicate.is_none_or(|p| might_match(p, file)))
+            .map(|file| task(file, schema, field_ids, predicate))
+            .collect()
+    }
+
+    /// Every data file of the snapshot.
+    pub(crate) fn data_files(&self) -> impl Iterator<Item = &DataFile> {
         self.manifests
             .iter()
             .flat_map(|m| m.iter())
-            .filter(|e| predicate.is_none_or(|p| might_match(p, e.data_file())))
-            .map(|e| {
-                let file = e.data_file();
-                FileScanTask {
-                    file_size_in_bytes: file.file_size_in_bytes(),
-                    start: 0,
-                    length: file.file_size_in_bytes(),
-                    record_count: Some(file.record_count()),
-                    data_file_path: file.file_path().to_string(),
-                    data_file_format: file.file_format(),
-                    schema: schema.clone(),
-                    project_field_ids: field_ids.to_vec(),
-                    predicate: predicate.cloned(),
-                    deletes: vec![],
-                    partition: Some(file.partition().clone()),
-                    partition_spec: None,
-                    name_mapping: None,
-                    case_sensitive: true,
-                }
-            })
-            .collect()
+            .map(|e| e.data_file())
+    }
+}
+
+/// The scan task reading `field_ids` of all of `file` with `schema`, filtered by `predicate`.
+pub(crate) fn task(
+    file: &DataFile,
+    schema: &SchemaRef,
+    field_ids: &[i32],
+    predicate: Option<&BoundPredicate>,
+) -> FileScanTask {
+    FileScanTask {
+        file_size_in_bytes: file.file_size_in_bytes(),
+        start: 0,
+        length: file.file_size_in_bytes(),
+        record_count: Some(file.record_count()),
+        data_file_path: file.file_path().to_string(),
+        data_file_format: file.file_format(),
+        schema: schema.clone(),
+        project_field_ids: field_ids.to_vec(),
+        predicate: predicate.cloned(),
+        deletes: vec![],
+        partition: Some(file.partition().clone()),
+        partition_spec: None,
+        name_mapping: None,
+        case_sensitive: true,
     }
 }
 

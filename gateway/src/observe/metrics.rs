@@ -30,6 +30,8 @@ pub struct Scrape<'a> {
     pub maintainer: &'a Maintainer,
     /// Failed logins so far.
     pub auth_failures: u64,
+    /// The accelerated copies, when `[acceleration]` names tables.
+    pub accelerator: Option<&'a lakegate_engines::accel::Accelerator>,
 }
 
 /// The registry and the metrics lakegate keeps.
@@ -44,6 +46,7 @@ pub struct Metrics {
     tokens: GaugeVec,
     objects: GaugeVec,
     object_requests: GaugeVec,
+    acceleration: GaugeVec,
     table: GaugeVec,
     maintenance: GaugeVec,
     telemetry: GaugeVec,
@@ -145,6 +148,16 @@ impl Metrics {
                 &["tier", "stat"],
             )?,
         );
+        let acceleration = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_acceleration",
+                    "Accelerated tables held in memory: held (1 while a copy is held), empty (1 for a table with no snapshot), snapshot_id, rows, bytes, files, indexes, full_loads, incremental_loads, last_load_seconds; table \"\" carries max_bytes and declined (statements the accelerated engine passed on)",
+                ),
+                &["table", "stat"],
+            )?,
+        );
         let object_requests = register(
             &r,
             GaugeVec::new(
@@ -217,8 +230,41 @@ impl Metrics {
             tokens,
             objects,
             object_requests,
+            acceleration,
             table,
         })
+    }
+
+    fn render_acceleration(&self, accelerator: &lakegate_engines::accel::Accelerator) {
+        use lakegate_engines::accel::Status;
+        for t in accelerator.tables() {
+            for (stat, value) in [
+                ("held", f64::from(u8::from(t.status == Status::Held))),
+                ("empty", f64::from(u8::from(t.status == Status::Empty))),
+                ("snapshot_id", t.snapshot_id.unwrap_or(0) as f64),
+                ("rows", t.rows as f64),
+                ("bytes", t.bytes as f64),
+                ("files", t.files as f64),
+                ("indexes", t.indexed.len() as f64),
+                ("full_loads", t.full_loads as f64),
+                ("incremental_loads", t.incremental_loads as f64),
+                ("last_load_seconds", t.last_load_ms / 1000.0),
+            ] {
+                self.acceleration
+                    .with_label_values(&[&t.table, stat])
+                    .set(value);
+            }
+        }
+        let declined = accelerator
+            .counters()
+            .declined
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.acceleration
+            .with_label_values(&["", "declined"])
+            .set(declined as f64);
+        self.acceleration
+            .with_label_values(&["", "max_bytes"])
+            .set(accelerator.max_bytes() as f64);
     }
 
     /// Counts and times one finished query.
@@ -299,6 +345,9 @@ impl Metrics {
                     .with_label_values(&[request.name()])
                     .set(*count as f64);
             }
+        }
+        if let Some(accelerator) = scrape.accelerator {
+            self.render_acceleration(accelerator);
         }
         for info in table_infos(scrape.lake) {
             for (stat, value) in [

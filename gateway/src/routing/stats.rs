@@ -33,12 +33,20 @@ fn embedded(engine: &str) -> bool {
     matches!(engine, "datafusion" | "duckdb")
 }
 
-/// The cold-start guess, in ms, before anything is observed: embedded engines start fast and
-/// scan ~300 MB/s per query here; remote engines pay ~250 ms of protocol and scheduling and
+/// Whether `engine` answers from memory (the `accelerated` engine).
+fn in_memory(engine: &str) -> bool {
+    engine == lakegate_engines::datafusion_engine::ACCELERATED
+}
+
+/// The cold-start guess, in ms, before anything is observed: the accelerated engine reads
+/// memory (first, so it is tried); embedded engines start fast and scan ~300 MB/s per query here; remote engines pay ~250 ms of protocol and scheduling and
 /// scan ~2 GB/s across their workers.
 pub fn prior_ms(engine: &str, bytes: u64) -> f64 {
     let mb = bytes as f64 / 1e6;
-    if embedded(engine) {
+    if in_memory(engine) {
+        // No file is opened; an index lookup reads a few rows whatever the scan estimate.
+        1.0 + mb / 3.0
+    } else if embedded(engine) {
         5.0 + mb / 0.3
     } else {
         250.0 + mb / 2.0

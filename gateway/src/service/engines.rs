@@ -17,6 +17,8 @@ pub struct Engines {
     pub all: Vec<EngineRef>,
     /// The engine for queries nobody pinned (until the router chooses per query).
     pub default: String,
+    /// The copies the `accelerated` engine answers from, when `[acceleration]` names tables.
+    pub accelerator: Option<Arc<lakegate_engines::accel::Accelerator>>,
 }
 
 /// One engine's answer to a health check.
@@ -40,6 +42,7 @@ impl Engines {
             all: vec![planner.clone() as EngineRef],
             default: planner.name().to_string(),
             planner,
+            accelerator: None,
         }
     }
 

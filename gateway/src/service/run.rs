@@ -51,6 +51,8 @@ impl GatewayService {
         let count = plan.engines.len();
         let mut planned = None;
         let mut last: Option<Error> = None;
+        let mut declined: Option<Error> = None;
+        let reads_system = plan.resolved.catalog || !plan.resolved.system_tables.is_empty();
         for (i, name) in plan.engines.iter().enumerate() {
             let engine = self.engines.get(name)?;
             let name = name.clone();
@@ -58,6 +60,18 @@ impl GatewayService {
             let more = i + 1 < count;
             if routed && more && !self.router.stats.admit(&name) {
                 debug!(engine = %name, "breaker open: skipped");
+                continue;
+            }
+            if let Some(why) = engine.declines(&plan.resolved.pins, reads_system) {
+                debug!(engine = %name, why = %why, "engine declines: next candidate");
+                let error = Error::Declined {
+                    engine: name.clone(),
+                    why,
+                };
+                if !routed {
+                    return Err(error);
+                }
+                declined.get_or_insert(error);
                 continue;
             }
             if !is_planner && planned.is_none() {
@@ -139,7 +153,7 @@ impl GatewayService {
                 Err(e) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| {
+        Err(last.or(declined).unwrap_or_else(|| {
             Error::Engine(lakegate_engines::Error::EngineUnavailable {
                 engine: plan.decision.group.name.clone(),
                 reason: "no engine of the group could take the query".into(),

@@ -91,6 +91,7 @@ pub(super) async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse
             lake: s.service.lake(),
             maintainer: s.service.maintainer(),
             auth_failures: s.service.auth().failures(),
+            accelerator: s.service.engines().accelerator.as_deref(),
         }),
     )
 }

@@ -92,7 +92,14 @@ impl GatewayService {
                 join(described.constructs.iter().cloned().collect()),
             ),
         ];
+        let reads_system = plan.resolved.catalog || !plan.resolved.system_tables.is_empty();
         for name in &plan.engines {
+            if let Ok(engine) = self.engines.get(name)
+                && let Some(why) = engine.declines(&plan.resolved.pins, reads_system)
+            {
+                rows.push((format!("declined by {name}"), why));
+                continue;
+            }
             if let Ok(engine) = self.engines.get(name)
                 && !self.engines.is_planner(name)
                 && let Some(why) =
@@ -160,7 +167,18 @@ impl GatewayService {
                 ),
             ));
         }
-        let first = plan.engines.first().map_or("", String::as_str);
+        // The first candidate that takes the statement (one that declines passes it on).
+        let reads_system = plan.resolved.catalog || !plan.resolved.system_tables.is_empty();
+        let takes = |name: &String| {
+            self.engines.get(name).map_or(true, |e| {
+                e.declines(&plan.resolved.pins, reads_system).is_none()
+            })
+        };
+        let first = match plan.route {
+            Route::Routed => plan.engines.iter().find(|n| takes(n)),
+            _ => plan.engines.first(),
+        }
+        .map_or("", String::as_str);
         let choice = match plan.route {
             Route::Planner => format!(
                 "{} (reads no lake table, or the catalog / lakegate tables)",
