@@ -115,9 +115,9 @@ impl Tally {
 }
 
 /// Whether an error from `engine` is a refusal (a pinned engine other than the planner may
-/// decline; the planner and routed sessions must answer).
+/// decline; the planner, the planner over in-memory copies and routed sessions must answer).
 fn refusal_allowed(engine: Option<&str>) -> bool {
-    matches!(engine, Some(e) if e != "datafusion" && e != "auto")
+    matches!(engine, Some(e) if e != "datafusion" && e != "accelerated" && e != "auto")
 }
 
 fn one_line(s: &str) -> String {

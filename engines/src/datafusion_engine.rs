@@ -83,6 +83,8 @@ pub struct DataFusionEngine {
     name: &'static str,
     /// The copies this engine reads instead of files (the `accelerated` engine).
     held: Option<Arc<Accelerator>>,
+    /// Plans kept across executions of the same statement on the same table versions.
+    plans: crate::plan_cache::PlanCache,
 }
 
 impl std::fmt::Debug for DataFusionEngine {
@@ -157,6 +159,7 @@ impl DataFusionEngine {
             directory: Mutex::new(Arc::new(Directory::default())),
             name: "datafusion",
             held: None,
+            plans: crate::plan_cache::PlanCache::default(),
         })
     }
 
@@ -447,18 +450,42 @@ impl Engine for DataFusionEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let ctx = self.context(&request).await?;
-        let (mut plan, _) = self.plan(&ctx, request.statement).await?;
-        if let Some(params) = request.params {
-            plan = plan.replace_params_with_values(params)?;
-        } else if !plan.get_parameter_types()?.is_empty() {
-            return Err(Error::from(DataFusionError::Plan(
-                "statement has $n placeholders but no parameters were bound".into(),
-            )));
-        }
-        let df = ctx.execute_logical_plan(plan).await?;
-        Ok(df.execute_stream().await?)
+        let kept = match self.plans.get(&request) {
+            Some(kept) => kept,
+            None => {
+                let ctx = self.context(&request).await?;
+                let (plan, _) = self.plan(&ctx, request.statement).await?;
+                match self.plans.insert(&request, &plan, ctx.state()) {
+                    Some(kept) => kept,
+                    None => {
+                        let df = ctx
+                            .execute_logical_plan(bind(plan, request.params)?)
+                            .await?;
+                        return Ok(df.execute_stream().await?);
+                    }
+                }
+            }
+        };
+        let plan = bind(kept.plan.clone(), request.params)?;
+        let physical = kept.state.create_physical_plan(&plan).await?;
+        Ok(datafusion::physical_plan::execute_stream(
+            physical,
+            kept.task.clone(),
+        )?)
     }
+}
+
+/// `plan` with `params` bound (an error when it has placeholders and none were bound).
+fn bind(plan: LogicalPlan, params: Option<&ParamValues>) -> Result<LogicalPlan> {
+    if let Some(params) = params {
+        return Ok(plan.replace_params_with_values(params)?);
+    }
+    if !plan.get_parameter_types()?.is_empty() {
+        return Err(Error::from(DataFusionError::Plan(
+            "statement has $n placeholders but no parameters were bound".into(),
+        )));
+    }
+    Ok(plan)
 }
 
 /// Parameters for [`EngineRequest::params`] from positional values.

@@ -35,6 +35,7 @@
 //! - [`refusals`] — what no engine answers as PostgreSQL does yet, refused at planning.
 //! - [`pg_datetime_input`] — date and time literals read as PostgreSQL reads them.
 //! - [`pg_zone`] — PostgreSQL's `AT TIME ZONE` (both directions) on the embedded engine.
+//! - `plan_cache` — the embedded engine's plans kept across executions of a statement.
 //! - [`session_zone`] — the session's `TimeZone`: `timestamptz` columns read in it.
 //! - [`pg_window`] — PostgreSQL's window functions where DataFusion's differ (`ntile`).
 //! - [`to_char`] — PostgreSQL's `to_char` templates on the embedded engine.
@@ -66,6 +67,7 @@ pub mod pg_text;
 pub mod pg_text_rules;
 pub mod pg_window;
 pub mod pg_zone;
+mod plan_cache;
 pub mod refusals;
 pub mod semantics;
 pub mod session_zone;

@@ -257,3 +257,23 @@ def explain(gw) -> str:
     with psycopg.connect(gw.dsn, autocommit=True) as conn:
         rows = dict(conn.execute("EXPLAIN ROUTE SELECT count(*) FROM serving.events").fetchall())
     return rows.get("declined by accelerated", "")
+
+
+def test_a_kept_plan_binds_each_executions_values_and_never_freezes_the_clock(serving):
+    """The embedded engines keep a statement's plan per table version: every execution binds
+    its own parameters, and a plan calling now() is planned anew each time."""
+    gw, cat = serving
+    truth = {r["event_id"]: r["customer_id"]
+             for r in cat.load_table("serving.events").scan().to_arrow().to_pylist()}
+    for engine in ("datafusion", "accelerated"):
+        with psycopg.connect(gw.dsn, autocommit=True,
+                             options=f"-c lakegate.engine={engine}") as conn:
+            for i in (1, 2, 250, 599, 1, 99999):
+                got = conn.execute("SELECT customer_id FROM serving.events WHERE event_id = %s",
+                                   (i,), prepare=True).fetchall()
+                assert got == ([(truth[i],)] if i in truth else []), (engine, i)
+            clock = "SELECT now(), count(*) FROM serving.events WHERE event_id = %s"
+            first = conn.execute(clock, (1,), prepare=True).fetchone()[0]
+            time.sleep(0.05)
+            second = conn.execute(clock, (1,), prepare=True).fetchone()[0]
+            assert second > first, engine

@@ -21,7 +21,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from engine_estate import CONFORMANCE, ENGINES, UTC
+from engine_estate import ACCELERATION, CONFORMANCE, ENGINES, UTC, wait_accelerated
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,9 @@ def test_masked_columns_hash_alike_on_every_engine(estate):
     md5 spelling) and every one returns PostgreSQL's md5 hex of the clear value."""
     import hashlib
     gw = estate.lakegate('[cache]\nenabled = false\n[[mask]]\nusers = ["masked"]\n'
-                         'columns = ["public.customers.name", "public.customers.id"]\n')
+                         'columns = ["public.customers.name", "public.customers.id"]\n'
+                         + ACCELERATION)
+    wait_accelerated(gw)
     clear = sorted(estate.catalog.load_table("public.customers").scan().to_arrow().to_pylist(),
                    key=lambda r: r["id"])
     md5 = lambda v: hashlib.md5(str(v).encode()).hexdigest()  # noqa: E731

@@ -1,0 +1,203 @@
+//! Plans kept across executions: the embedded engine's logical plan of a statement (before its
+//! parameters are bound), with the session state it was planned in, for the same statement,
+//! session settings and pinned table versions.
+//!
+//! A point lookup an application sends a thousand times with different ids is planned once per
+//! table version: each execution binds its parameters into the kept plan, then analyses,
+//! optimises and runs it as before — so an answer is the one a fresh plan gives (the
+//! PostgreSQL rewrites that read literal values run after binding, as they always did). Only
+//! plans whose every table is one of the statement's pins are kept (a table resolved while
+//! planning could move on), and only plans of immutable functions (`now()` is folded at
+//! planning); kept plans idle out quickly: they hold their tables (an accelerated copy among
+//! them) alive.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::execution::TaskContext;
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use crate::engine::{EngineRequest, Pins, Settings};
+
+/// Plans kept, at most.
+const CAPACITY: u64 = 512;
+/// A plan unused this long is let go (with the table versions it holds).
+const IDLE: Duration = Duration::from_secs(10);
+
+/// One kept plan and what it was planned for.
+pub(crate) struct Kept {
+    statement: Statement,
+    settings: Settings,
+    versions: Vec<Version>,
+    /// The statement's plan, parameters unbound.
+    pub plan: LogicalPlan,
+    /// The state it was planned in (functions, settings, the pinned tables).
+    pub state: SessionState,
+    /// The state's task context, built once.
+    pub task: Arc<TaskContext>,
+}
+
+/// A pinned table's version: `(schema, name, metadata location, snapshot)`.
+type Version = (String, String, String, Option<i64>);
+
+/// The kept plans of one engine.
+pub(crate) struct PlanCache {
+    plans: moka::sync::Cache<u64, Arc<Kept>>,
+}
+
+impl Default for PlanCache {
+    fn default() -> Self {
+        Self {
+            plans: moka::sync::Cache::builder()
+                .max_capacity(CAPACITY)
+                .time_to_idle(IDLE)
+                .build(),
+        }
+    }
+}
+
+impl PlanCache {
+    /// The plan kept for `request`, if one was planned for exactly its statement, settings
+    /// and pins.
+    pub(crate) fn get(&self, request: &EngineRequest<'_>) -> Option<Arc<Kept>> {
+        if !cacheable(request) {
+            return None;
+        }
+        let kept = self.plans.get(&key(request))?;
+        (kept.statement == *request.statement
+            && same_settings(&kept.settings, request.settings)
+            && kept.versions == versions(request.pins))
+        .then_some(kept)
+    }
+
+    /// Keeps `plan` (planned in `state`) for `request`, when every table it scans is pinned;
+    /// `None`: not kept.
+    pub(crate) fn insert(
+        &self,
+        request: &EngineRequest<'_>,
+        plan: &LogicalPlan,
+        state: SessionState,
+    ) -> Option<Arc<Kept>> {
+        if !cacheable(request)
+            || !scans_only_pins(plan, request.pins, request.settings)
+            || !immutable(plan)
+        {
+            return None;
+        }
+        let task = state.task_ctx();
+        let kept = Arc::new(Kept {
+            statement: request.statement.clone(),
+            settings: request.settings.clone(),
+            versions: versions(request.pins),
+            plan: plan.clone(),
+            state,
+            task,
+        });
+        self.plans.insert(key(request), kept.clone());
+        Some(kept)
+    }
+}
+
+/// Statements reading lakegate's own tables or listing the catalog are planned every time
+/// (their tables are materialised per statement).
+fn cacheable(request: &EngineRequest<'_>) -> bool {
+    request.system_tables.is_empty() && !request.lists_catalog && !request.pins.is_empty()
+}
+
+fn key(request: &EngineRequest<'_>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    request.statement.hash(&mut h);
+    let s = request.settings;
+    (
+        &s.user,
+        &s.database,
+        &s.search_path,
+        &s.time_zone,
+        &*s.values,
+    )
+        .hash(&mut h);
+    s.visible.as_ref().map(|v| &v.key).hash(&mut h);
+    versions(request.pins).hash(&mut h);
+    h.finish()
+}
+
+fn same_settings(a: &Settings, b: &Settings) -> bool {
+    a.user == b.user
+        && a.database == b.database
+        && a.search_path == b.search_path
+        && a.time_zone == b.time_zone
+        && a.values == b.values
+        && a.visible.as_ref().map(|v| &v.key) == b.visible.as_ref().map(|v| &v.key)
+}
+
+fn versions(pins: &Pins) -> Vec<Version> {
+    pins.iter()
+        .map(|((schema, name), t)| {
+            (
+                schema.clone(),
+                name.clone(),
+                t.metadata_location.clone(),
+                t.snapshot_id,
+            )
+        })
+        .collect()
+}
+
+/// Whether every table `plan` scans (subqueries included) is one of `pins` (an unqualified
+/// name is in the session's default schema).
+fn scans_only_pins(plan: &LogicalPlan, pins: &Pins, settings: &Settings) -> bool {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut only = true;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            let schema = scan
+                .table_name
+                .schema()
+                .unwrap_or_else(|| settings.default_schema());
+            let pinned = pins.get(schema, scan.table_name.table()).is_some();
+            if !pinned {
+                only = false;
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    only
+}
+
+/// Whether every function `plan` calls gives the same answer at any time: `now()`,
+/// `current_date` and `random()` are evaluated when a statement is planned (DataFusion folds
+/// them at its start time), so a plan calling them is never kept.
+fn immutable(plan: &LogicalPlan) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, Volatility};
+    let mut immutable = true;
+    let _ = plan.apply_with_subqueries(|node| {
+        for expr in node.expressions() {
+            let _ = expr.apply(|e| {
+                let fixed = match e {
+                    Expr::ScalarFunction(f) => {
+                        f.func.signature().volatility == Volatility::Immutable
+                    }
+                    Expr::ScalarVariable(..) => false,
+                    _ => true,
+                };
+                if fixed {
+                    Ok(TreeNodeRecursion::Continue)
+                } else {
+                    immutable = false;
+                    Ok(TreeNodeRecursion::Stop)
+                }
+            });
+        }
+        Ok(if immutable {
+            TreeNodeRecursion::Continue
+        } else {
+            TreeNodeRecursion::Stop
+        })
+    });
+    immutable
+}
