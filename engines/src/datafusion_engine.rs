@@ -450,13 +450,14 @@ impl Engine for DataFusionEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
-        let kept = match self.plans.get(&request) {
+        let key = self.plans.key(&request);
+        let kept = match key.and_then(|k| self.plans.get(k, &request)) {
             Some(kept) => kept,
             None => {
                 let ctx = self.context(&request).await?;
                 let (plan, _) = self.plan(&ctx, request.statement).await?;
-                match self.plans.insert(&request, &plan, ctx.state()) {
-                    Some(kept) => kept,
+                match key.filter(|k| self.plans.admits(*k, &request, &plan)) {
+                    Some(key) => self.plans.insert(key, &request, &plan, ctx.state()),
                     None => {
                         let df = ctx
                             .execute_logical_plan(bind(plan, request.params)?)

@@ -5,11 +5,13 @@
 //! A point lookup an application sends a thousand times with different ids is planned once per
 //! table version: each execution binds its parameters into the kept plan, then analyses,
 //! optimises and runs it as before — so an answer is the one a fresh plan gives (the
-//! PostgreSQL rewrites that read literal values run after binding, as they always did). Only
-//! plans whose every table is one of the statement's pins are kept (a table resolved while
-//! planning could move on), and only plans of immutable functions (`now()` is folded at
-//! planning); kept plans idle out quickly: they hold their tables (an accelerated copy among
-//! them) alive.
+//! PostgreSQL rewrites that read literal values run after binding, as they always did).
+//!
+//! Kept are only plans of statements executed before (one with its literals in its text is
+//! seldom repeated, and keeping costs a copy of the session state), whose every table is one of
+//! the statement's pins (a table resolved while planning could move on) and whose functions are
+//! immutable (`now()` is folded at planning). Kept plans idle out quickly: they hold their
+//! tables (an accelerated copy among them) alive.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -43,9 +45,15 @@ pub(crate) struct Kept {
 /// A pinned table's version: `(schema, name, metadata location, snapshot)`.
 type Version = (String, String, String, Option<i64>);
 
+/// Statement keys seen once, remembered (a plan is kept at its second execution).
+const SEEN: u64 = 8192;
+
 /// The kept plans of one engine.
 pub(crate) struct PlanCache {
     plans: moka::sync::Cache<u64, Arc<Kept>>,
+    /// Keys executed once: a statement whose literals are written into its text (each one
+    /// different) is never kept, so keeping costs it nothing but this entry.
+    seen: moka::sync::Cache<u64, ()>,
 }
 
 impl Default for PlanCache {
@@ -55,38 +63,48 @@ impl Default for PlanCache {
                 .max_capacity(CAPACITY)
                 .time_to_idle(IDLE)
                 .build(),
+            seen: moka::sync::Cache::builder()
+                .max_capacity(SEEN)
+                .time_to_idle(IDLE)
+                .build(),
         }
     }
 }
 
 impl PlanCache {
-    /// The plan kept for `request`, if one was planned for exactly its statement, settings
-    /// and pins.
-    pub(crate) fn get(&self, request: &EngineRequest<'_>) -> Option<Arc<Kept>> {
-        if !cacheable(request) {
-            return None;
-        }
-        let kept = self.plans.get(&key(request))?;
+    /// The key `request` is kept under, when it may be kept at all.
+    pub(crate) fn key(&self, request: &EngineRequest<'_>) -> Option<u64> {
+        cacheable(request).then(|| key(request))
+    }
+
+    /// The plan kept under `key`, if it was planned for exactly `request`'s statement,
+    /// settings and pins.
+    pub(crate) fn get(&self, key: u64, request: &EngineRequest<'_>) -> Option<Arc<Kept>> {
+        let kept = self.plans.get(&key)?;
         (kept.statement == *request.statement
             && same_settings(&kept.settings, request.settings)
             && kept.versions == versions(request.pins))
         .then_some(kept)
     }
 
-    /// Keeps `plan` (planned in `state`) for `request`, when every table it scans is pinned;
-    /// `None`: not kept.
+    /// Whether `plan` of `request` should be kept now: it scans only pinned tables, calls
+    /// only immutable functions, and its key was executed before.
+    pub(crate) fn admits(&self, key: u64, request: &EngineRequest<'_>, plan: &LogicalPlan) -> bool {
+        if self.seen.get(&key).is_none() {
+            self.seen.insert(key, ());
+            return false;
+        }
+        scans_only_pins(plan, request.pins, request.settings) && immutable(plan)
+    }
+
+    /// Keeps `plan` (planned in `state`) for `request` under `key` (see [`PlanCache::admits`]).
     pub(crate) fn insert(
         &self,
+        key: u64,
         request: &EngineRequest<'_>,
         plan: &LogicalPlan,
         state: SessionState,
-    ) -> Option<Arc<Kept>> {
-        if !cacheable(request)
-            || !scans_only_pins(plan, request.pins, request.settings)
-            || !immutable(plan)
-        {
-            return None;
-        }
+    ) -> Arc<Kept> {
         let task = state.task_ctx();
         let kept = Arc::new(Kept {
             statement: request.statement.clone(),
@@ -96,8 +114,8 @@ impl PlanCache {
             state,
             task,
         });
-        self.plans.insert(key(request), kept.clone());
-        Some(kept)
+        self.plans.insert(key, kept.clone());
+        kept
     }
 }
 
@@ -200,4 +218,46 @@ fn immutable(plan: &LogicalPlan) -> bool {
         })
     });
     immutable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    async fn plan(sql: &str) -> LogicalPlan {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (id BIGINT, name TEXT)")
+            .await
+            .expect("create");
+        ctx.sql(sql).await.expect("plan").into_unoptimized_plan()
+    }
+
+    #[tokio::test]
+    async fn plans_calling_the_clock_or_chance_are_never_kept() {
+        assert!(immutable(
+            &plan("SELECT id, upper(name) FROM t WHERE id = $1").await
+        ));
+        assert!(!immutable(&plan("SELECT now(), id FROM t").await));
+        assert!(!immutable(
+            &plan("SELECT id FROM t WHERE id > random()").await
+        ));
+        assert!(
+            !immutable(
+                &plan("SELECT id FROM t WHERE id IN (SELECT id FROM t WHERE name < now()::text)")
+                    .await
+            ),
+            "a subquery's functions count"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_plan_of_a_table_nobody_pinned_is_not_kept() {
+        let scans_t = plan("SELECT id FROM t").await;
+        let settings = Settings {
+            search_path: vec!["public".into()],
+            ..Settings::default()
+        };
+        assert!(!scans_only_pins(&scans_t, &Pins::default(), &settings));
+    }
 }
