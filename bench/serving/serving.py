@@ -200,7 +200,7 @@ def answered_from_memory(gw, timeout: float = 60) -> None:
                 time.sleep(0.2)
 
 
-def flight_point(gw, pg_port: int, n: int = 2000) -> None:
+def flight_point(gw, pg_port: int, label: str, n: int = 2000) -> None:
     """Sequential point lookups: ADBC over Flight SQL (lakegate) vs psycopg (PostgreSQL)."""
     import adbc_driver_flightsql.dbapi as flight
     sql_lg = "SELECT * FROM shop.orders WHERE order_id = ?"
@@ -214,14 +214,18 @@ def flight_point(gw, pg_port: int, n: int = 2000) -> None:
             cur.execute(sql_lg, parameters=((i * 7919) % ROWS + 1,))
             cur.fetchall()
         lg = n / (time.perf_counter() - t)
-    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{pg_port}/postgres") as conn:
-        t = time.perf_counter()
-        for i in range(n):
-            conn.execute("SELECT * FROM shop.orders WHERE order_id = %s",
-                         ((i * 7919) % ROWS + 1,), prepare=True).fetchall()
-        pg = n / (time.perf_counter() - t)
-    print(f"point lookup, one client: ADBC/Flight SQL on lakegate {lg:.0f}/s, psycopg on "
-          f"PostgreSQL {pg:.0f}/s, ratio {lg / pg:.3f}", flush=True)
+    def psycopg_rate(url: str) -> float:
+        with psycopg.connect(url) as conn:
+            t = time.perf_counter()
+            for i in range(n):
+                conn.execute("SELECT * FROM shop.orders WHERE order_id = %s",
+                             ((i * 7919) % ROWS + 1,), prepare=True).fetchall()
+            return n / (time.perf_counter() - t)
+    pg = psycopg_rate(f"postgresql://postgres@127.0.0.1:{pg_port}/postgres")
+    wire = psycopg_rate(f"postgresql://bench@127.0.0.1:{gw.port}/lakegate")
+    print(f"point lookup, one client, {label}: ADBC/Flight SQL on lakegate {lg:.0f}/s, psycopg on "
+          f"lakegate {wire:.0f}/s, psycopg on PostgreSQL {pg:.0f}/s, ratio {lg / pg:.3f}",
+          flush=True)
 
 
 def idle_connections(gw, n: int = 1000) -> None:
@@ -275,7 +279,8 @@ def main() -> None:
         run_cases("maintained", pg_port, gateways, work, out)
         print(f"gateway RSS after the runs {rss_text(gateways['cached'].proc.pid)}",
               flush=True)
-        flight_point(gateways["uncached"], pg_port)
+        flight_point(gateways["uncached"], pg_port, "files")
+        flight_point(gateways["accelerated"], pg_port, "accelerated")
         idle_connections(gateways["cached"])
     finally:
         for gw in gateways.values():

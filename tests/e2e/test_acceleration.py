@@ -241,6 +241,10 @@ def test_a_table_beyond_max_bytes_is_not_held_and_statements_read_files(lake_dir
             time.sleep(0.1)
         assert held_snapshot(gw, "serving.events") is None
         assert "does not fit [acceleration] max_bytes" in explain(gw)
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            status = conn.execute("SELECT status, snapshot_id FROM lakegate.acceleration "
+                                  "WHERE table_name = 'serving.events'").fetchone()
+        assert status[0].startswith("not held: needs ") and status[1] is None, status
         truth = len(wh.catalog(str(lake_dir)).load_table("serving.events").scan().to_arrow())
         with psycopg.connect(gw.dsn, autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM serving.events").fetchone() == (truth,)
@@ -277,3 +281,25 @@ def test_a_kept_plan_binds_each_executions_values_and_never_freezes_the_clock(se
             time.sleep(0.05)
             second = conn.execute(clock, (1,), prepare=True).fetchone()[0]
             assert second > first, engine
+
+
+def test_lakegate_acceleration_lists_each_held_table_and_indexes_hot_columns(serving):
+    """The columns the telemetry finds filtered on most are indexed from the next copy on."""
+    gw, cat = serving
+    with psycopg.connect(gw.dsn, autocommit=True) as conn:
+        for kind in ("buy", "cart", "view") * 5:
+            conn.execute("SELECT count(*) FROM serving.events WHERE kind = %s", (kind,))
+    cat.load_table("serving.events").append(events(20_000, 5))
+    current = cat.load_table("serving.events").metadata.current_snapshot_id
+    wait_held(gw, "serving.events", current)
+    with psycopg.connect(gw.dsn, autocommit=True) as conn:
+        rows = {r[0]: r for r in conn.execute(
+            "SELECT table_name, status, snapshot_id, rows, bytes, files, indexed_columns, "
+            "full_loads FROM lakegate.acceleration ORDER BY table_name").fetchall()}
+    held = rows["serving.events"]
+    assert held[1:3] == ("held", current), held
+    assert held[3] == len(cat.load_table("serving.events").scan().to_arrow())
+    assert held[4] > 0 and held[5] >= 1 and held[7] == 1, held
+    # The identifier field, the two configured columns and the hot one.
+    assert held[6] == "customer_id, day, event_id, kind", held
+    assert rows["serving.kinds"][1] == "held"

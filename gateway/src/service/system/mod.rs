@@ -6,7 +6,9 @@
 //! - [`cache`] — `lakegate.cache_stats`.
 //! - [`router`] — `lakegate.routing` and `lakegate.engines`.
 //! - [`maintenance`] — `lakegate.table_health`, `lakegate.table_partitions`, `lakegate.operations`.
+//! - [`acceleration`] — `lakegate.acceleration`.
 
+pub mod acceleration;
 pub mod cache;
 pub mod maintenance;
 pub mod queries;
@@ -39,11 +41,13 @@ pub enum SystemTable {
     TablePartitions,
     /// `lakegate.operations`.
     Operations,
+    /// `lakegate.acceleration`.
+    Acceleration,
 }
 
 impl SystemTable {
     /// Every table, in the order `lakegate` lists them.
-    pub const ALL: [SystemTable; 7] = [
+    pub const ALL: [SystemTable; 8] = [
         Self::CacheStats,
         Self::Queries,
         Self::Engines,
@@ -51,6 +55,7 @@ impl SystemTable {
         Self::TableHealth,
         Self::TablePartitions,
         Self::Operations,
+        Self::Acceleration,
     ];
 
     /// The table's name (without `lakegate.`).
@@ -63,6 +68,7 @@ impl SystemTable {
             Self::TableHealth => "table_health",
             Self::TablePartitions => "table_partitions",
             Self::Operations => "operations",
+            Self::Acceleration => "acceleration",
         }
     }
 
@@ -120,6 +126,9 @@ impl GatewayService {
                 }
                 SystemTable::Operations => {
                     maintenance::operations_batch(&self.maintainer.log().all())
+                }
+                SystemTable::Acceleration => {
+                    acceleration::batch(self.engines.accelerator.as_deref())
                 }
             };
             out.push((name.clone(), batch));
