@@ -74,10 +74,7 @@ impl LakeTable {
             ),
         };
         let fallback = fallback.map_err(external)?;
-        let schema = match &zone {
-            Some(z) => crate::session_zone::zoned_schema(&fallback.schema(), z),
-            None => fallback.schema(),
-        };
+        let schema = crate::session_zone::schema_in(fallback.schema(), zone.as_ref());
         Ok(Self {
             lake,
             table,
@@ -194,10 +191,7 @@ impl TableProvider for LakeTable {
                     .await?
             }
         };
-        match &self.zone {
-            Some(zone) => crate::session_zone::in_zone(scan, zone),
-            None => Ok(scan),
-        }
+        crate::session_zone::scan_in(scan, self.zone.as_ref())
     }
 
     fn supports_filters_pushdown(

@@ -57,6 +57,28 @@ pub(crate) fn zoned_schema(schema: &SchemaRef, zone: &Arc<str>) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
+/// A table's `schema` as a session in `zone` reads it (`None`: UTC, unchanged).
+pub(crate) fn schema_in(schema: SchemaRef, zone: Option<&Arc<str>>) -> SchemaRef {
+    match zone {
+        Some(z) => zoned_schema(&schema, z),
+        None => schema,
+    }
+}
+
+/// A table's `scan` as a session in `zone` reads it (`None`: UTC, unchanged).
+///
+/// # Errors
+/// As [`in_zone`].
+pub(crate) fn scan_in(
+    scan: Arc<dyn ExecutionPlan>,
+    zone: Option<&Arc<str>>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    match zone {
+        Some(z) => in_zone(scan, z),
+        None => Ok(scan),
+    }
+}
+
 /// `plan` with its `timestamptz` columns in `zone` (a projection that only retypes them), or
 /// `plan` itself when it has none.
 ///

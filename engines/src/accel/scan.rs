@@ -35,10 +35,7 @@ pub(crate) struct HeldTable {
 impl HeldTable {
     /// The copy as a table read in `zone` (`None`: UTC).
     pub(crate) fn new(copy: Arc<TableCopy>, zone: Option<Arc<str>>) -> Self {
-        let schema = match &zone {
-            Some(z) => crate::session_zone::zoned_schema(&copy.schema, z),
-            None => copy.schema.clone(),
-        };
+        let schema = crate::session_zone::schema_in(copy.schema.clone(), zone.as_ref());
         Self { copy, zone, schema }
     }
 
@@ -90,10 +87,7 @@ impl TableProvider for HeldTable {
             self.copy.schema.clone(),
             projection.cloned(),
         )?;
-        match &self.zone {
-            Some(zone) => crate::session_zone::in_zone(scan, zone),
-            None => Ok(scan),
-        }
+        crate::session_zone::scan_in(scan, self.zone.as_ref())
     }
 
     fn supports_filters_pushdown(
