@@ -449,6 +449,12 @@ impl Engine for DataFusionEngine {
             .and_then(|held| held.declines(pins, reads_system))
     }
 
+    fn record_declined(&self) {
+        if let Some(held) = &self.held {
+            held.record_declined();
+        }
+    }
+
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
         let key = self.plans.key(&request);
         let kept = match key.and_then(|k| self.plans.get(k, &request)) {

@@ -199,6 +199,10 @@ pub trait Engine: Debug + Send + Sync + 'static {
         None
     }
 
+    /// Counts a statement this engine declined and routing passed on (not one only
+    /// explained).
+    fn record_declined(&self) {}
+
     /// Whether the engine can take queries now.
     ///
     /// # Errors

@@ -23,15 +23,10 @@ pub(crate) fn float_comparison(e: &Expr, schema: &DFSchema) -> Option<Expr> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
         return None;
     };
-    if !matches!(
-        op,
-        Operator::Eq
-            | Operator::NotEq
-            | Operator::Lt
-            | Operator::LtEq
-            | Operator::Gt
-            | Operator::GtEq
-    ) {
+    // The ordering comparisons; IS [NOT] DISTINCT FROM are left as they are.
+    if !crate::pg_float_keys::compares(*op)
+        || matches!(op, Operator::IsDistinctFrom | Operator::IsNotDistinctFrom)
+    {
         return None;
     }
     // The float under the decimal cast type coercion made (rewritten already, bottom-up, by

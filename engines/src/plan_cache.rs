@@ -83,7 +83,7 @@ impl PlanCache {
         let kept = self.plans.get(&key)?;
         (kept.statement == *request.statement
             && same_settings(&kept.settings, request.settings)
-            && kept.versions == versions(request.pins))
+            && same_versions(&kept.versions, request.pins))
         .then_some(kept)
     }
 
@@ -138,7 +138,9 @@ fn key(request: &EngineRequest<'_>) -> u64 {
     )
         .hash(&mut h);
     s.visible.as_ref().map(|v| &v.key).hash(&mut h);
-    versions(request.pins).hash(&mut h);
+    for ((schema, name), t) in request.pins.iter() {
+        (schema, name, &t.metadata_location, t.snapshot_id).hash(&mut h);
+    }
     h.finish()
 }
 
@@ -149,6 +151,19 @@ fn same_settings(a: &Settings, b: &Settings) -> bool {
         && a.time_zone == b.time_zone
         && a.values == b.values
         && a.visible.as_ref().map(|v| &v.key) == b.visible.as_ref().map(|v| &v.key)
+}
+
+/// Whether `kept` are exactly `pins`' versions (compared in place: this runs per execution).
+fn same_versions(kept: &[Version], pins: &Pins) -> bool {
+    let mut pinned = pins.iter();
+    kept.iter().all(|(schema, name, location, snapshot)| {
+        pinned.next().is_some_and(|((s, n), t)| {
+            s == schema
+                && n == name
+                && &t.metadata_location == location
+                && t.snapshot_id == *snapshot
+        })
+    }) && pinned.next().is_none()
 }
 
 fn versions(pins: &Pins) -> Vec<Version> {

@@ -399,11 +399,12 @@ impl Accelerator {
     /// own tables) cannot be answered from the copies; `None`: it can. A statement pinned to
     /// a snapshot newer than the one held wakes the refresher.
     pub fn declines(&self, pins: &Pins, reads_system: bool) -> Option<String> {
-        let why = self.why_not(pins, reads_system);
-        if why.is_some() {
-            self.counters.declined.fetch_add(1, Ordering::Relaxed);
-        }
-        why
+        self.why_not(pins, reads_system)
+    }
+
+    /// Counts a declined statement (`lakegate_acceleration{stat="declined"}`).
+    pub fn record_declined(&self) {
+        self.counters.declined.fetch_add(1, Ordering::Relaxed);
     }
 
     fn why_not(&self, pins: &Pins, reads_system: bool) -> Option<String> {

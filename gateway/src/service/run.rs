@@ -64,6 +64,7 @@ impl GatewayService {
             }
             if let Some(why) = engine.declines(&plan.resolved.pins, reads_system) {
                 debug!(engine = %name, why = %why, "engine declines: next candidate");
+                engine.record_declined();
                 let error = Error::Declined {
                     engine: name.clone(),
                     why,
