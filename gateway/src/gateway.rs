@@ -161,10 +161,12 @@ async fn build_engines(config: &Config, planner: Arc<DataFusionEngine>) -> Resul
                     != lakegate_engines::lake::Scheme::Local)
                     .then(|| config.storage.with_environment()),
             };
-            match tokio::task::spawn_blocking(move || DuckDbEngine::try_new(&options))
-                .await
-                .map_err(|e| Error::Engine(lakegate_engines::Error::Internal(e.to_string())))?
-            {
+            let duck = match DuckDbEngine::try_new(&options) {
+                // Required: opened now, so a DuckDB that cannot load fails startup.
+                Ok(duck) if required == Some(true) => duck.open_now().await.map(|()| duck),
+                other => other,
+            };
+            match duck {
                 Ok(duck) => engines.all.push(Arc::new(duck)),
                 Err(e) if required == Some(true) => {
                     return Err(Error::Config {

@@ -240,6 +240,9 @@ async fn run() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal: escape codes cost CPU on every line and
+        // garble log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let config = match cli.command {

@@ -143,7 +143,16 @@ pub struct Session {
     values: Arc<BTreeMap<String, String>>,
     defaults: BTreeMap<String, String>,
     cursors: HashMap<String, Cursor>,
+    /// The text formatting options made from `values`, kept while `values` is that version
+    /// (the map is replaced, never changed in place, while this holds it).
+    formatting: std::sync::Mutex<Option<Formatting>>,
 }
+
+/// The text formatting options of one version of a session's settings.
+type Formatting = (
+    Arc<BTreeMap<String, String>>,
+    Arc<pgwire::types::format::FormatOptions>,
+);
 
 impl Session {
     /// A new session for `user` with PostgreSQL's defaults and `search_path = default_schema`.
@@ -171,6 +180,7 @@ impl Session {
             values: Arc::new(defaults.clone()),
             defaults,
             cursors: HashMap::new(),
+            formatting: std::sync::Mutex::new(None),
         }
     }
 
@@ -281,6 +291,23 @@ impl Session {
     /// Every setting, by name.
     pub fn values(&self) -> &BTreeMap<String, String> {
         &self.values
+    }
+
+    /// The text formatting options of the current settings: made by `make` when a setting
+    /// changed since the last call, else the ones made then.
+    pub fn formatting(
+        &self,
+        make: impl FnOnce(&BTreeMap<String, String>) -> pgwire::types::format::FormatOptions,
+    ) -> Arc<pgwire::types::format::FormatOptions> {
+        let mut kept = self.formatting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((values, options)) = kept.as_ref()
+            && Arc::ptr_eq(values, &self.values)
+        {
+            return options.clone();
+        }
+        let options = Arc::new(make(&self.values));
+        *kept = Some((self.values.clone(), options.clone()));
+        options
     }
 
     /// The engine this session pins (`SET lakegate.engine`), `None` for routing.
@@ -552,6 +579,27 @@ mod tests {
 
     fn session() -> Session {
         Session::new("alice", "public")
+    }
+
+    #[test]
+    fn formatting_is_made_again_after_a_setting_changes() {
+        let mut s = Session::new("u", "public");
+        let zone_of = |s: &Session| {
+            s.formatting(|v| {
+                let mut o = pgwire::types::format::FormatOptions::default();
+                o.time_zone = v.get("timezone").cloned().unwrap_or_default();
+                o
+            })
+        };
+        let first = zone_of(&s);
+        assert!(Arc::ptr_eq(&first, &zone_of(&s)), "kept while nothing changed");
+        s.set("TimeZone", "Europe/Paris").expect("set");
+        let paris = zone_of(&s);
+        assert_eq!(paris.time_zone, "Europe/Paris");
+        s.reset_all();
+        assert_eq!(zone_of(&s).time_zone, first.time_zone);
+        s.set("DateStyle", "ISO, DMY").expect("set");
+        assert!(!Arc::ptr_eq(&zone_of(&s), &first), "any setting makes them again");
     }
 
     #[test]

@@ -189,12 +189,24 @@ impl Heat {
                     None => {
                         let mut d = Decayed::default();
                         d.add(1.0, event.at, hl);
-                        heat.predicates.push((key, p.clone(), d));
-                        if heat.predicates.len() > PREDICATES_PER_TABLE {
+                        let entry = (key, p.clone(), d);
+                        if heat.predicates.len() < PREDICATES_PER_TABLE {
+                            heat.predicates.push(entry);
+                        } else {
+                            // Full: the new predicate replaces the coldest one if that is
+                            // colder still (an app's distinct point lookups arrive at every
+                            // statement; sorting the list each time cost more than planning).
                             let now = event.at;
-                            heat.predicates
-                                .sort_by(|a, b| b.2.at(now, hl).total_cmp(&a.2.at(now, hl)));
-                            heat.predicates.truncate(PREDICATES_PER_TABLE);
+                            let fresh = entry.2.at(now, hl);
+                            if let Some(coldest) = heat
+                                .predicates
+                                .iter_mut()
+                                .map(|p| (p.2.at(now, hl), p))
+                                .min_by(|a, b| a.0.total_cmp(&b.0))
+                                .filter(|(weight, _)| *weight < fresh)
+                            {
+                                *coldest.1 = entry;
+                            }
                         }
                     }
                 }
@@ -275,6 +287,40 @@ mod tests {
         assert!((v.reads - 3.5).abs() < 0.01);
         assert_eq!(v.predicates.len(), 2);
         assert_eq!(heat.view("s.other").reads, 0.0);
+    }
+
+    fn lookup(id: i64, at: f64) -> Event {
+        let mut e = event("order_id", at);
+        e.observation.predicate = Some(Reference::new("order_id").equal_to(Datum::long(id)));
+        e
+    }
+
+    #[test]
+    fn distinct_lookups_keep_the_hot_predicates_and_a_bounded_list() {
+        let mut heat = Heat::new(std::time::Duration::from_secs(3600));
+        let now = now_secs();
+        for _ in 0..5 {
+            heat.record(&lookup(-1, now - 1800.0));
+        }
+        // An hour-old lookup is colder than any new one: the first to be replaced.
+        heat.record(&lookup(-2, now - 3600.0));
+        for id in 0..(PREDICATES_PER_TABLE as i64 - 3) {
+            heat.record(&lookup(id, now - 60.0));
+        }
+        assert_eq!(
+            heat.view("s.orders").predicates.len(),
+            PREDICATES_PER_TABLE - 1
+        );
+        for id in 1000..1100 {
+            heat.record(&lookup(id, now));
+        }
+        let v = heat.view("s.orders");
+        assert_eq!(v.predicates.len(), PREDICATES_PER_TABLE);
+        let text: Vec<String> = v.predicates.iter().map(|(p, _)| p.to_string()).collect();
+        assert!(text[0].contains("-1"), "the hot lookup leads: {text:?}");
+        assert!(!text.iter().any(|t| t.contains("-2")), "{text:?}");
+        // Equal weights: the newest did not push out the ones already kept.
+        assert!(!text.iter().any(|t| t.contains("1099")), "{text:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod estimate;
 pub(crate) mod files;
 pub mod object_cache;
 pub mod objects;
+mod sqlite_tokens;
 pub mod storage;
 mod tokens;
 

@@ -11,6 +11,7 @@ use iceberg::{Catalog, TableIdent};
 use sqlx::{AnyConnection, Connection};
 use tokio::sync::Semaphore;
 
+use super::sqlite_tokens::SqliteTokens;
 use super::{CatalogKind, LakeConfig};
 use crate::error::{Error, Result};
 
@@ -104,6 +105,8 @@ pub(super) enum TokenSource {
         connections: Connections,
         query: String,
         catalog_name: String,
+        /// A SQLite catalog file, read on the caller's thread when it can be.
+        in_place: Option<Box<SqliteTokens>>,
     },
     /// A REST catalog: the token is the metadata location of a table load.
     Rest,
@@ -124,10 +127,15 @@ impl TokenSource {
              WHERE catalog_name = {a} AND table_namespace = {b} AND table_name = {c} \
              AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
         );
+        let in_place = match kind {
+            CatalogKind::Sqlite => SqliteTokens::new(&config.uri, &query).map(Box::new),
+            _ => None,
+        };
         Ok(Self::Sql {
             connections,
             query,
             catalog_name: config.name.clone(),
+            in_place,
         })
     }
 
@@ -142,8 +150,13 @@ impl TokenSource {
                 connections,
                 query,
                 catalog_name,
+                in_place,
             } => {
                 let namespace = ident.namespace().join(".");
+                let binds = [catalog_name.as_str(), &namespace, ident.name()];
+                if let Some(row) = in_place.as_ref().and_then(|t| t.lookup(binds)) {
+                    return Ok(row.flatten());
+                }
                 let row = connections
                     .fetch(query, [catalog_name, &namespace, ident.name()])
                     .await?;

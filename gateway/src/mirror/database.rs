@@ -12,7 +12,7 @@ use tracing::warn;
 use super::schema::{self, Mirrored, literal};
 use super::wire::{Answer, Bound, Connection, Description, Endpoint};
 use crate::error::{Error, Result};
-use crate::service::origins::{Attribute, ColumnRef};
+use crate::service::origins::Attribute;
 use crate::session::Session;
 
 /// Idle connections kept for reuse.
@@ -23,8 +23,9 @@ struct SyncState {
     at: Option<Instant>,
 }
 
-/// Every mirrored column's place in the catalog, as this database numbers it.
-type Attributes = HashMap<ColumnRef, Attribute>;
+/// Every mirrored column's place in the catalog, as this database numbers it: by schema, table
+/// and column (looked up by `&str`, without building a key per output column).
+pub type Attributes = HashMap<String, HashMap<String, HashMap<String, Attribute>>>;
 
 /// The query that reads [`Attributes`].
 const ATTRIBUTES: &str = "SELECT n.nspname, c.relname, a.attname, c.oid, a.attnum, a.atttypmod \
@@ -78,14 +79,13 @@ impl MirrorDb {
         &self.endpoint.database
     }
 
-    /// Where `column` is in this database's catalog (table OID, attnum, typmod).
-    pub fn attribute(&self, column: &ColumnRef) -> Option<Attribute> {
-        let attributes = self
-            .attributes
+    /// Every mirrored column's place in this database's catalog (table OID, attnum, typmod),
+    /// as last synced.
+    pub fn attributes(&self) -> Arc<Attributes> {
+        self.attributes
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        attributes.get(column).copied()
+            .clone()
     }
 
     /// Brings the mirror up to the lake when it was last synced more than `refresh` ago —
@@ -137,23 +137,27 @@ impl MirrorDb {
                 .await?
                 .rows;
             self.checkin(conn);
-            let attributes: Attributes = rows
-                .iter()
-                .filter_map(|r| match r.text_fields().as_slice() {
-                    [
-                        Some(s),
-                        Some(t),
-                        Some(c),
-                        Some(oid),
-                        Some(num),
-                        Some(typmod),
-                    ] => Some((
-                        (s.clone(), t.clone(), c.clone()),
-                        (oid.parse().ok()?, num.parse().ok()?, typmod.parse().ok()?),
-                    )),
-                    _ => None,
-                })
-                .collect();
+            let mut attributes = Attributes::new();
+            for row in &rows {
+                if let [
+                    Some(s),
+                    Some(t),
+                    Some(c),
+                    Some(oid),
+                    Some(num),
+                    Some(typmod),
+                ] = row.text_fields().as_slice()
+                    && let (Ok(oid), Ok(num), Ok(typmod)) =
+                        (oid.parse(), num.parse(), typmod.parse())
+                {
+                    attributes
+                        .entry(s.clone())
+                        .or_default()
+                        .entry(t.clone())
+                        .or_default()
+                        .insert(c.clone(), (oid, num, typmod));
+                }
+            }
             *self.attributes.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(attributes);
         }
         state.mirrored = want;

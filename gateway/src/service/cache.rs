@@ -118,7 +118,7 @@ pub struct CacheKey {
     /// The statement itself, not its text: sqlparser prints some distinct string literals alike
     /// (see lakegate_engines::dialect), and they must not share an answer.
     /// Shared by every key of the same statement ([`super::weight::Statements`]).
-    statement: Arc<Statement>,
+    statement: weight::Tree,
     /// The tree's estimated heap (a function of `statement`, computed once when interned).
     tree_bytes: u64,
     params: Vec<ScalarValue>,
@@ -133,7 +133,7 @@ impl CacheKey {
     /// The key of `statement` (with its estimated heap, as [`ResultCache::key`]'s interner
     /// gives them) and `params`, at these pins, for this session.
     pub(crate) fn new(
-        (statement, tree_bytes): (Arc<Statement>, u64),
+        (statement, tree_bytes): (weight::Tree, u64),
         params: Option<&ParamValues>,
         pins: &Pins,
         settings: &Settings,
@@ -411,7 +411,10 @@ mod tests {
 
     #[test]
     fn keys_change_with_parameters_and_settings() {
-        let s = (Arc::new(parse("SELECT * FROM t WHERE id = $1")), 0);
+        let s = (
+            weight::Tree::new(Arc::new(parse("SELECT * FROM t WHERE id = $1"))),
+            0,
+        );
         let pins = Pins::default();
         let base = Settings::default();
         let p1 = ParamValues::List(vec![ScalarValue::Int64(Some(1)).into()]);
@@ -473,7 +476,7 @@ mod tests {
         let settings = Settings::default();
         let key = |user: &str, sql: &str| {
             CacheKey::new(
-                (Arc::new(parse(sql)), 0),
+                (weight::Tree::new(Arc::new(parse(sql))), 0),
                 None,
                 &Pins::default(),
                 &Settings {

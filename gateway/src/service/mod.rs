@@ -53,7 +53,7 @@ use lakegate_engines::engine::Described;
 use lakegate_engines::{Lake, Pins, Settings};
 use lakegate_maintenance::Maintainer;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, field::Empty};
+use tracing::Instrument;
 
 pub use batch::{Batch, BatchVersions};
 pub use cache::{CacheConfig, CacheOutcome, ResultCache};
@@ -326,18 +326,12 @@ impl GatewayService {
         session: &mut Session,
         ctx: &StatementContext,
     ) -> Result<QueryOutput> {
+        // Two cheap fields: the log formats a span's fields when it is made and recorded, on
+        // every statement; what the statement did is one `debug` event (`service::query`).
         let span = tracing::info_span!(
             "statement",
             query_id = ctx.query_id,
             frontend = ctx.frontend.name(),
-            kind = Empty,
-            group = Empty,
-            route = Empty,
-            engine = Empty,
-            cache = Empty,
-            plan_us = Empty,
-            queued_us = Empty,
-            first_batch_us = Empty,
         );
         // On the heap: the statement's future is large (planning, engines) and frontends nest it.
         Box::pin(
@@ -358,7 +352,6 @@ impl GatewayService {
             return self.explain_route(target, session, ctx).await;
         }
         let kind = classify::kind(statement);
-        tracing::Span::current().record("kind", kind.name());
         match kind {
             StatementKind::Query => {
                 // `set_config()` may change the routing the context was made with.

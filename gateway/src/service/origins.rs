@@ -113,12 +113,15 @@ pub type Attribute = (u32, i16, i32);
 pub fn annotate(
     schema: &SchemaRef,
     origins: &Origins,
-    lookup: impl Fn(&ColumnRef) -> Option<Attribute>,
+    lookup: impl Fn(&str, &str, &str) -> Option<Attribute>,
 ) -> SchemaRef {
     let origin_of = |i: usize, f: &Field| -> Option<Attribute> {
         match origins {
-            Origins::Items(items) => items.get(i)?.as_ref().and_then(&lookup),
-            Origins::AllOf(s, t) => lookup(&(s.clone(), t.clone(), f.name().clone())),
+            Origins::Items(items) => {
+                let (s, t, c) = items.get(i)?.as_ref()?;
+                lookup(s, t, c)
+            }
+            Origins::AllOf(s, t) => lookup(s, t, f.name()),
         }
     };
     let mut changed = false;
@@ -210,12 +213,12 @@ mod tests {
             Field::new("n", arrow::datatypes::DataType::Int64, true),
         ]));
         let origins = Origins::Items(vec![col("conf", "sales", "price"), None]);
-        let out = annotate(&schema, &origins, |c| {
-            (c.2 == "price").then_some((16384, 5, 655366))
+        let out = annotate(&schema, &origins, |_, _, c| {
+            (c == "price").then_some((16384, 5, 655366))
         });
         assert_eq!(attribute(out.field(0)), Some((16384, 5, 655366)));
         assert_eq!(attribute(out.field(1)), None);
-        let none = annotate(&schema, &origins, |_| None);
+        let none = annotate(&schema, &origins, |_, _, _| None);
         assert!(Arc::ptr_eq(&none, &schema));
     }
 }

@@ -143,7 +143,12 @@ impl Plan {
         schema: &arrow::datatypes::SchemaRef,
     ) -> arrow::datatypes::SchemaRef {
         match &self.origins {
-            Some((origins, db)) => super::origins::annotate(schema, origins, |c| db.attribute(c)),
+            Some((origins, db)) => {
+                let attributes = db.attributes();
+                super::origins::annotate(schema, origins, |s, t, c| {
+                    attributes.get(s)?.get(t)?.get(c).copied()
+                })
+            }
             None => schema.clone(),
         }
     }

@@ -87,7 +87,6 @@ impl GatewayService {
         reading: Reading,
         pending: &mut PendingQuery,
     ) -> Result<SendableRecordBatchStream> {
-        let span = tracing::Span::current();
         let started = Instant::now();
         let settings = self.engine_settings(session);
         let plan = ctx
@@ -99,9 +98,7 @@ impl GatewayService {
         r.scan_bytes = plan.scan_bytes();
         r.group = plan.decision.group.name.clone();
         r.route = Some(plan.route);
-        span.record("group", plan.decision.group.name.as_str());
-        span.record("route", plan.route.name());
-        span.record("plan_us", started.elapsed().as_micros() as u64);
+        let planned_us = started.elapsed().as_micros() as u64;
         pending.observation = self.observation(&plan, params);
         let Answer {
             stream,
@@ -109,10 +106,16 @@ impl GatewayService {
             outcome,
             queued,
         } = ctx.guard(self.cached_or_run(&plan, params)).await?;
-        span.record("engine", engine.as_str());
-        span.record("cache", outcome.name());
-        span.record("queued_us", queued.as_micros() as u64);
-        span.record("first_batch_us", started.elapsed().as_micros() as u64);
+        tracing::debug!(
+            group = plan.decision.group.name.as_str(),
+            route = plan.route.name(),
+            engine = engine.as_str(),
+            cache = outcome.name(),
+            plan_us = planned_us,
+            queued_us = queued.as_micros() as u64,
+            first_batch_us = started.elapsed().as_micros() as u64,
+            "answering"
+        );
         pending.record.engine = engine;
         pending.record.cache = outcome;
         pending.record.queued_ms = queued.as_secs_f64() * 1000.0;

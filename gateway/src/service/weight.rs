@@ -87,7 +87,40 @@ pub(crate) fn described(d: &Described) -> u64 {
 /// bytes of the trees it keeps; a tree it dropped lives on in the keys that hold it.
 pub(crate) struct Statements {
     /// Each tree, with its estimated heap ([`statement`], printed once per tree).
-    trees: moka::sync::Cache<Arc<Statement>, (Arc<Statement>, u64)>,
+    trees: moka::sync::Cache<Arc<Statement>, (Tree, u64)>,
+}
+
+/// An interned syntax tree and its hash, computed once: a key holding it hashes in constant
+/// time, and two keys of one statement compare by pointer before they compare trees.
+#[derive(Debug, Clone)]
+pub(crate) struct Tree {
+    statement: Arc<Statement>,
+    hash: u64,
+}
+
+impl Tree {
+    pub(crate) fn new(statement: Arc<Statement>) -> Self {
+        use std::hash::BuildHasher;
+        let hash =
+            std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+                .hash_one(&*statement);
+        Self { statement, hash }
+    }
+}
+
+impl PartialEq for Tree {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash
+            && (Arc::ptr_eq(&self.statement, &other.statement) || self.statement == other.statement)
+    }
+}
+
+impl Eq for Tree {}
+
+impl std::hash::Hash for Tree {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
 }
 
 /// Bytes of syntax trees the interner keeps, at most.
@@ -98,7 +131,7 @@ impl Default for Statements {
         Self {
             trees: moka::sync::Cache::builder()
                 .max_capacity(INTERNED_BYTES)
-                .weigher(|_: &Arc<Statement>, (_, bytes): &(Arc<Statement>, u64)| {
+                .weigher(|_: &Arc<Statement>, (_, bytes): &(Tree, u64)| {
                     u32::try_from(*bytes).unwrap_or(u32::MAX)
                 })
                 .build(),
@@ -109,12 +142,12 @@ impl Default for Statements {
 impl Statements {
     /// The shared tree equal to `statement` (kept from now on when it is new), and its
     /// estimated heap.
-    pub(crate) fn intern(&self, statement: &Statement) -> (Arc<Statement>, u64) {
+    pub(crate) fn intern(&self, statement: &Statement) -> (Tree, u64) {
         if let Some(hit) = self.trees.get(statement) {
             return hit;
         }
         let tree = Arc::new(statement.clone());
-        let interned = (tree.clone(), self::statement(&tree));
+        let interned = (Tree::new(tree.clone()), self::statement(&tree));
         self.trees.insert(tree, interned.clone());
         interned
     }

@@ -24,15 +24,17 @@ use crate::service::{numeric, origins};
 use crate::session::Session;
 
 /// Text formatting options (DateStyle, TimeZone, extra_float_digits, ...) from the session.
+/// Made once per version of the session's settings.
 pub(crate) fn format_options(session: &Session) -> Arc<FormatOptions> {
-    let values: HashMap<String, String> = session
-        .values()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let mut options = FormatOptions::from_client_metadata(&values);
-    options.time_zone = session.time_zone();
-    Arc::new(options)
+    session.formatting(|settings| {
+        let values: HashMap<String, String> = settings
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut options = FormatOptions::from_client_metadata(&values);
+        options.time_zone = session.time_zone();
+        options
+    })
 }
 
 /// The text-format columns whose values PostgreSQL prints otherwise than arrow-pg would
