@@ -592,14 +592,20 @@ mod tests {
             })
         };
         let first = zone_of(&s);
-        assert!(Arc::ptr_eq(&first, &zone_of(&s)), "kept while nothing changed");
+        assert!(
+            Arc::ptr_eq(&first, &zone_of(&s)),
+            "kept while nothing changed"
+        );
         s.set("TimeZone", "Europe/Paris").expect("set");
         let paris = zone_of(&s);
         assert_eq!(paris.time_zone, "Europe/Paris");
         s.reset_all();
         assert_eq!(zone_of(&s).time_zone, first.time_zone);
         s.set("DateStyle", "ISO, DMY").expect("set");
-        assert!(!Arc::ptr_eq(&zone_of(&s), &first), "any setting makes them again");
+        assert!(
+            !Arc::ptr_eq(&zone_of(&s), &first),
+            "any setting makes them again"
+        );
     }
 
     #[test]

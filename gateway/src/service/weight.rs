@@ -101,9 +101,12 @@ pub(crate) struct Tree {
 impl Tree {
     pub(crate) fn new(statement: Arc<Statement>) -> Self {
         use std::hash::BuildHasher;
-        let hash =
-            std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-                .hash_one(&*statement);
+        // Keyed per process, as a HashMap's own hasher is: clients choose the statements.
+        static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+            std::sync::OnceLock::new();
+        let hash = KEYS
+            .get_or_init(std::collections::hash_map::RandomState::new)
+            .hash_one(&*statement);
         Self { statement, hash }
     }
 }
