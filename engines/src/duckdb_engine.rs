@@ -27,6 +27,7 @@ use crate::conform::conform_batch;
 use crate::dialect::{Dialect, prepare};
 use crate::engine::{Engine, EngineRequest};
 use crate::error::{Error, ErrorKind, Result};
+use crate::idle::Idle;
 use crate::semantics::Feature;
 
 /// The DuckDB version the bundled library and the extension binaries must share.
@@ -47,6 +48,9 @@ pub struct DuckDbOptions {
     pub storage: Option<crate::lake::StorageConfig>,
 }
 
+/// Idle DuckDB connections kept for reuse.
+const IDLE_CONNECTIONS: usize = 16;
+
 /// The embedded DuckDB engine.
 ///
 /// The database is opened (and its extensions loaded) by the first statement DuckDB runs, not
@@ -60,7 +64,7 @@ pub struct DuckDbEngine {
     /// (given to every statement after, without trying again).
     root: tokio::sync::OnceCell<std::result::Result<Mutex<Connection>, String>>,
     /// Idle connections to the one in-memory database (extensions loaded once, shared).
-    idle: Arc<Mutex<Vec<Pooled>>>,
+    idle: Arc<Idle<Pooled>>,
 }
 
 impl std::fmt::Debug for DuckDbEngine {
@@ -102,7 +106,7 @@ impl DuckDbEngine {
             options: options.clone(),
             extensions,
             root: tokio::sync::OnceCell::new(),
-            idle: Arc::new(Mutex::new(Vec::new())),
+            idle: Arc::new(Idle::new(IDLE_CONNECTIONS)),
         })
     }
 
@@ -137,7 +141,7 @@ impl DuckDbEngine {
     }
 
     async fn connection(&self) -> Result<Pooled> {
-        if let Some(c) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+        if let Some(c) = self.idle.take() {
             return Ok(c);
         }
         let conn = self
@@ -362,7 +366,7 @@ impl Engine for DuckDbEngine {
                 let _ = tx.blocking_send(Err(e.into_datafusion()));
             }
             done.store(true, Ordering::Release);
-            give_back(&idle, conn);
+            idle.give_back(conn);
         });
         // Errors before the first batch (syntax, missing files) are returned, not streamed.
         match first_rx.await {
@@ -386,15 +390,8 @@ impl Engine for DuckDbEngine {
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))?
                 .map_err(|e| duck_error(&e))?;
-        give_back(&self.idle, conn);
+        self.idle.give_back(conn);
         Ok(())
-    }
-}
-
-fn give_back(idle: &Mutex<Vec<Pooled>>, conn: Pooled) {
-    let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
-    if idle.len() < 16 {
-        idle.push(conn);
     }
 }
 

@@ -50,6 +50,7 @@ pub mod dialect;
 pub mod duckdb_engine;
 pub mod engine;
 pub mod error;
+mod idle;
 pub mod lake;
 mod lake_scan;
 pub mod pg_attribute;

@@ -8,10 +8,10 @@
 //! which waits its turn as before. Each read is its own transaction, so it sees every commit
 //! that finished before it began.
 
-use std::sync::Mutex;
-
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tracing::debug;
+
+use crate::idle::Idle;
 
 /// Connections kept idle for reuse (one per concurrent lookup at most).
 const IDLE: usize = 8;
@@ -20,7 +20,7 @@ const IDLE: usize = 8;
 pub(super) struct SqliteTokens {
     path: String,
     query: String,
-    idle: Mutex<Vec<Connection>>,
+    idle: Idle<Connection>,
 }
 
 impl SqliteTokens {
@@ -34,25 +34,21 @@ impl SqliteTokens {
         Some(Self {
             path: path.to_string(),
             query: query.to_string(),
-            idle: Mutex::new(Vec::new()),
+            idle: Idle::new(IDLE),
         })
     }
 
-    /// The row `(catalog, namespace, name)` finds: `Some(None)` when there is no such table,
-    /// `None` when this path could not read it now.
-    pub(super) fn lookup(&self, binds: [&str; 3]) -> Option<Option<Option<String>>> {
-        let taken = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let connection = match taken {
+    /// The table's metadata location: `Some(None)` when there is no such table (or it is
+    /// being created), `None` when this path could not read it now.
+    pub(super) fn lookup(&self, binds: [&str; 3]) -> Option<Option<String>> {
+        let connection = match self.idle.take() {
             Some(c) => c,
             None => self.open()?,
         };
-        match self.read(&connection, binds) {
-            Ok(row) => {
-                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-                if idle.len() < IDLE {
-                    idle.push(connection);
-                }
-                Some(row)
+        match read(&connection, &self.query, binds) {
+            Ok(location) => {
+                self.idle.give_back(connection);
+                Some(location)
             }
             Err(e) => {
                 debug!(error = %e, "SQLite token read in place failed: through sqlx instead");
@@ -74,17 +70,18 @@ impl SqliteTokens {
             }
         }
     }
+}
 
-    fn read(
-        &self,
-        connection: &Connection,
-        [catalog, namespace, name]: [&str; 3],
-    ) -> rusqlite::Result<Option<Option<String>>> {
-        connection
-            .prepare_cached(&self.query)?
-            .query_row([catalog, namespace, name], |row| row.get(0))
-            .optional()
-    }
+fn read(
+    connection: &Connection,
+    query: &str,
+    [catalog, namespace, name]: [&str; 3],
+) -> rusqlite::Result<Option<String>> {
+    let row: Option<Option<String>> = connection
+        .prepare_cached(query)?
+        .query_row([catalog, namespace, name], |row| row.get(0))
+        .optional()?;
+    Ok(row.flatten())
 }
 
 #[cfg(test)]
@@ -110,7 +107,7 @@ mod tests {
         let tokens = SqliteTokens::new(&uri, QUERY).expect("a file catalog");
         assert_eq!(
             tokens.lookup(["c", "shop", "orders"]),
-            Some(Some(Some("v1.json".into())))
+            Some(Some("v1.json".into()))
         );
         assert_eq!(tokens.lookup(["c", "shop", "missing"]), Some(None));
         writer
@@ -121,7 +118,7 @@ mod tests {
             .expect("commit");
         assert_eq!(
             tokens.lookup(["c", "shop", "orders"]),
-            Some(Some(Some("v2.json".into()))),
+            Some(Some("v2.json".into())),
             "a reused connection sees the commit"
         );
         // A writer holding the database's exclusive lock: no waiting, the caller goes async.

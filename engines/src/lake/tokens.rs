@@ -5,7 +5,7 @@
 //! the connections are kept here rather than in sqlx's pool, whose release pings each
 //! connection (a second round trip per statement in sqlx 0.8).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use iceberg::{Catalog, TableIdent};
 use sqlx::{AnyConnection, Connection};
@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 use super::sqlite_tokens::SqliteTokens;
 use super::{CatalogKind, LakeConfig};
 use crate::error::{Error, Result};
+use crate::idle::Idle;
 
 /// At most this many lookups run at once (each on its own connection).
 const CONNECTIONS: usize = 8;
@@ -26,7 +27,7 @@ type TokenRow = Option<(Option<String>,)>;
 /// idle one, or restarted) is tried once more on a new one.
 pub(super) struct Connections {
     uri: String,
-    idle: Mutex<Vec<AnyConnection>>,
+    idle: Idle<AnyConnection>,
     permits: Semaphore,
 }
 
@@ -35,20 +36,9 @@ impl Connections {
         let first = AnyConnection::connect(uri).await?;
         Ok(Self {
             uri: uri.to_string(),
-            idle: Mutex::new(vec![first]),
+            idle: Idle::with(vec![first], CONNECTIONS),
             permits: Semaphore::new(CONNECTIONS),
         })
-    }
-
-    fn take(&self) -> Option<AnyConnection> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
-    }
-
-    fn give_back(&self, connection: AnyConnection) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < CONNECTIONS {
-            idle.push(connection);
-        }
     }
 
     /// The single-column row `query` finds for `(catalog, namespace, name)`.
@@ -62,7 +52,7 @@ impl Connections {
             .acquire()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
-        let reused = self.take();
+        let reused = self.idle.take();
         let was_reused = reused.is_some();
         let mut connection = match reused {
             Some(c) => c,
@@ -70,14 +60,14 @@ impl Connections {
         };
         match fetch_row(&mut connection, query, binds).await {
             Ok(row) => {
-                self.give_back(connection);
+                self.idle.give_back(connection);
                 Ok(row)
             }
             Err(e) if was_reused && !matches!(e, sqlx::Error::Database(_)) => {
                 drop(connection);
                 let mut fresh = AnyConnection::connect(&self.uri).await?;
                 let row = fetch_row(&mut fresh, query, binds).await?;
-                self.give_back(fresh);
+                self.idle.give_back(fresh);
                 Ok(row)
             }
             Err(e) => Err(e),
@@ -154,8 +144,8 @@ impl TokenSource {
             } => {
                 let namespace = ident.namespace().join(".");
                 let binds = [catalog_name.as_str(), &namespace, ident.name()];
-                if let Some(row) = in_place.as_ref().and_then(|t| t.lookup(binds)) {
-                    return Ok(row.flatten());
+                if let Some(location) = in_place.as_ref().and_then(|t| t.lookup(binds)) {
+                    return Ok(location);
                 }
                 let row = connections
                     .fetch(query, [catalog_name, &namespace, ident.name()])
