@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Rust unit and integration tests, then the end-to-end suite with real
 # clients (psql, psycopg, SQLAlchemy + pandas, asyncpg, pgJDBC, ADBC, Flight SQL JDBC) against the
-# real binary, and the engines (DuckDB, Trino, Spark Connect; servers started by the tests).
+# real binary, the MCP SDK against its agent endpoint, and the engines (DuckDB, Trino, Spark Connect; servers started by the tests).
 #
 #   scripts/test.sh              everything
 #   scripts/test.sh --rust       only cargo tests
@@ -32,7 +32,7 @@ if [ "$mode" != rust ]; then
     # The client drivers' older line (tests/requirements-older.txt) on the driver tests.
     echo "e2e: the driver tests with $(grep -v '^#' tests/requirements-older.txt | tr '\n' ' ')"
     "$PWD/.cache/venv-older/bin/python" -m pytest -q tests/e2e/test_bi_clients.py tests/e2e/test_psycopg.py \
-      tests/e2e/test_drivers.py::test_psycopg2
+      tests/e2e/test_drivers.py::test_psycopg2 tests/e2e/test_mcp.py
   fi
 fi
 if [ "$mode" = all ] && [ "${LAKEGATE_FUZZ_SECONDS:-60}" != 0 ]; then

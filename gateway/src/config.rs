@@ -58,6 +58,8 @@ pub struct Config {
     pub pg_catalog: crate::mirror::CatalogConfig,
     /// Serving tables held in memory by the `accelerated` engine.
     pub acceleration: crate::acceleration::AccelerationConfig,
+    /// The MCP endpoint for agents and their guardrails.
+    pub mcp: crate::agents::McpConfig,
 }
 
 /// `[http]`: Prometheus metrics and the JSON admin API.

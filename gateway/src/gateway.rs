@@ -132,6 +132,7 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         },
         max_call_nesting: config.limits.max_call_nesting,
         mirror,
+        agents: Arc::new(crate::agents::Agents::new(config.mcp.clone())),
     }));
     let replayed = service.replay_history();
     if replayed > 0 {
@@ -141,6 +142,40 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         );
     }
     Ok(service)
+}
+
+/// `lakegate mcp`: serves MCP on stdin/stdout as `user` until the client closes it. With
+/// `admin_http`, the HTTP admin API (approvals of held statements, metrics) is served too, on
+/// `http.listen`; its address goes to stderr (stdout is the protocol's).
+///
+/// # Errors
+/// Catalog and engine failures, an unknown user, a bind failure.
+pub async fn run_mcp_stdio(config: &Config, user: &str, admin_http: bool) -> Result<()> {
+    let service = build_service(config).await?;
+    let tools = Arc::new(crate::frontend::mcp::tools::Tools::new(
+        service.clone(),
+        config.pg.database.clone(),
+        config.pg.default_schema.clone(),
+    ));
+    let shutdown = CancellationToken::new();
+    let admin = if admin_http {
+        let metrics = Arc::new(Metrics::new().map_err(|e| Error::Config {
+            setting: "http".into(),
+            reason: e.to_string(),
+        })?);
+        service.history().set_metrics(metrics.clone());
+        let http = HttpServer::bind(config.http_listen_addr()?, service, metrics, None).await?;
+        eprintln!("lakegate admin api listening http={}", http.local_addr());
+        Some(tokio::spawn(Box::new(http).run(shutdown.clone())))
+    } else {
+        None
+    };
+    let served = crate::frontend::mcp::http::serve_stdio(tools, user).await;
+    shutdown.cancel();
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    served
 }
 
 /// The configured engines besides the planner: DuckDB when its extensions are there (or
@@ -261,7 +296,14 @@ impl Gateway {
             reason: e.to_string(),
         })?);
         service.history().set_metrics(metrics.clone());
-        let http = HttpServer::bind(config.http_listen_addr()?, service.clone(), metrics)
+        let mcp = config.mcp.enabled.then(|| {
+            Arc::new(crate::frontend::mcp::tools::Tools::new(
+                service.clone(),
+                config.pg.database.clone(),
+                config.pg.default_schema.clone(),
+            ))
+        });
+        let http = HttpServer::bind(config.http_listen_addr()?, service.clone(), metrics, mcp)
             .await?
             .with_header_timeout(config.http.header_timeout);
         let handlers = PgHandlers::new(

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! client ──pgwire──▶ frontend::pg     ┐ session + StatementContext (user, group, deadline,
-//! client ─FlightSQL▶ frontend::flight ┘ cancel, query id)
+//! client ─FlightSQL▶ frontend::flight │ cancel, query id)
+//! agent ───MCP─────▶ frontend::mcp    ┘ (+ agents: budgets, approvals, expensive statements)
 //!   ▶ service::GatewayService::describe / execute
 //!       parse     sqlparser, PostgreSQL dialect (+ rewrites for what BI tools send)
 //!       plan      references → profile → group → access → resolve → masks → scan estimate
@@ -15,7 +16,9 @@
 //! Layout (follow the names from `main.rs`):
 //! - [`acceleration`] — `[acceleration]`: serving tables held in memory (the `accelerated` engine).
 //! - [`gateway`] — builds the service from the [`config`] and runs the endpoints.
-//! - [`frontend`] — the endpoints behind one `Server` lifecycle — `pg`, `flight`, `http`.
+//! - [`frontend`] — the endpoints behind one `Server` lifecycle — `pg`, `flight`, `http` (with
+//!   `mcp` at `/mcp`; `lakegate mcp` serves it over stdio).
+//! - [`agents`] — `[mcp]`: the guardrails an operator composes per agent.
 //! - [`service`] — the protocol-neutral query pipeline (plan, run, cache, hooks, system tables).
 //! - [`routing`] — routing groups and rules, latency statistics, admission.
 //! - [`security`] — authentication, access rules, masks, limits, TLS.
@@ -26,6 +29,7 @@
 //! - [`error`] — the gateway's error type.
 
 pub mod acceleration;
+pub mod agents;
 pub mod cli;
 /// Statement kinds and the tables a statement reads (the `lakegate-sql` crate).
 pub use lakegate_sql::classify;

@@ -42,6 +42,24 @@ enum Command {
         #[command(flatten)]
         flags: Flags,
     },
+    /// Serve the Model Context Protocol on stdin/stdout for an agent (what desktop agents
+    /// launch): the same catalog flags as `serve`; the agent acts as `--user`. With
+    /// `--http-listen`, the admin API runs too (to approve held statements).
+    Mcp {
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The user the agent acts as (its access rules, masks and [[mcp.agent]] policy).
+        #[arg(long, default_value = lakegate_gateway::frontend::mcp::ANONYMOUS)]
+        user: String,
+        #[command(flatten)]
+        flags: Flags,
+    },
+    /// Agents' statements held for approval on a running gateway: list, approve or reject.
+    Agents {
+        #[command(subcommand)]
+        action: AgentsAction,
+    },
     /// Show how a query would be routed (`EXPLAIN ROUTE`): its profile, the matching rule and
     /// group, the snapshots, each candidate engine's expected latency and the choice.
     Route {
@@ -100,6 +118,32 @@ enum Command {
         no_serve: bool,
         #[command(flatten)]
         flags: Flags,
+    },
+}
+
+#[derive(Subcommand)]
+enum AgentsAction {
+    /// The statements waiting for approval, and the last decisions.
+    Pending {
+        /// The gateway's admin API (with users: http://user:password@host:port).
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+    },
+    /// Approve a held statement: the agent's call runs it.
+    Approve {
+        /// The statement's number (`lakegate agents pending`).
+        id: u64,
+        /// The gateway's admin API (with users: an admin as http://user:password@host:port).
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+    },
+    /// Reject a held statement: the agent's call is refused (42501).
+    Reject {
+        /// The statement's number.
+        id: u64,
+        /// The gateway's admin API.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
     },
 }
 
@@ -269,6 +313,26 @@ async fn run() -> anyhow::Result<()> {
             limit,
         } => {
             print!("{}", admin::queries(&http, limit, slowest).await?);
+            return Ok(());
+        }
+        Command::Mcp {
+            config,
+            user,
+            flags,
+        } => {
+            let admin_http = flags.http_listen.is_some();
+            let config = Config::load(config.as_deref(), &flags.overrides())?;
+            warn_if_errors_capture_backtraces();
+            lakegate_gateway::gateway::run_mcp_stdio(&config, &user, admin_http).await?;
+            return Ok(());
+        }
+        Command::Agents { action } => {
+            let out = match action {
+                AgentsAction::Pending { http } => admin::pending(&http).await?,
+                AgentsAction::Approve { id, http } => admin::decide(&http, id, true).await?,
+                AgentsAction::Reject { id, http } => admin::decide(&http, id, false).await?,
+            };
+            print!("{out}");
             return Ok(());
         }
         Command::HashPassword => {

@@ -1,5 +1,5 @@
-//! `lakegate status`, `lakegate tables` and `lakegate queries`: terminal views of a running
-//! gateway, read from its admin API (`--http`, default http://127.0.0.1:8080; with users
+//! `lakegate status`, `lakegate tables`, `lakegate queries` and `lakegate agents`: terminal
+//! views of a running gateway (and approvals of agents' held statements), through its admin API (`--http`, default http://127.0.0.1:8080; with users
 //! configured, give one with role admin or monitor as `http://user:password@host:port`).
 
 use serde_json::Value;
@@ -7,6 +7,10 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 
 async fn fetch(base: &str, path: &str) -> Result<Value> {
+    call(base, path, reqwest::Method::GET).await
+}
+
+async fn call(base: &str, path: &str, method: reqwest::Method) -> Result<Value> {
     let mut url = format!("{}{path}", base.trim_end_matches('/'));
     let mut credentials = None;
     if let Ok(mut parsed) = reqwest::Url::parse(&url)
@@ -27,7 +31,7 @@ async fn fetch(base: &str, path: &str) -> Result<Value> {
         ),
     };
     let mut request = reqwest::Client::new()
-        .get(&url)
+        .request(method, &url)
         .timeout(std::time::Duration::from_secs(15));
     if let Some((user, password)) = credentials {
         request = request.basic_auth(user, password);
@@ -181,4 +185,60 @@ pub async fn queries(base: &str, limit: usize, slowest: bool) -> Result<String> 
         );
     }
     Ok(out)
+}
+
+/// Agents' statements waiting for approval, and the last decisions.
+///
+/// # Errors
+/// When the admin API cannot be read.
+pub async fn pending(base: &str) -> Result<String> {
+    let p = fetch(base, "/api/pending").await?;
+    let mut out = format!(
+        "{:>6} {:<14} {:>10}  {:<40} sql\n",
+        "id", "agent", "scan", "why held"
+    );
+    for r in rows(&p, "pending") {
+        out += &format!(
+            "{:>6} {:<14} {:>10}  {:<40} {}\n",
+            text(&r["id"]),
+            text(&r["user"]),
+            lakegate_engines::units::human_bytes(r["scan_bytes"].as_u64().unwrap_or(0)),
+            text(&r["reason"]),
+            text(&r["sql"]).replace('\n', " ")
+        );
+    }
+    let decided = rows(&p, "decided");
+    if !decided.is_empty() {
+        out += "decided (newest first)\n";
+        for r in decided.iter().take(10) {
+            out += &format!(
+                "{:>6} {:<14} {:<9} by {}\n",
+                text(&r["id"]),
+                text(&r["user"]),
+                text(&r["decision"]["verdict"]),
+                text(&r["decision"]["by"])
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Approves (or rejects) held statement `id`.
+///
+/// # Errors
+/// When the statement is not waiting, or the admin API refuses.
+pub async fn decide(base: &str, id: u64, approve: bool) -> Result<String> {
+    let verb = if approve { "approve" } else { "reject" };
+    let d = call(
+        base,
+        &format!("/api/pending/{id}/{verb}"),
+        reqwest::Method::POST,
+    )
+    .await?;
+    Ok(format!(
+        "statement {id} of {}: {} by {}\n",
+        text(&d["user"]),
+        text(&d["decision"]["verdict"]),
+        text(&d["decision"]["by"])
+    ))
 }

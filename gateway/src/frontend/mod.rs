@@ -5,9 +5,11 @@
 //! - [`pg`] — the PostgreSQL wire protocol (pgwire).
 //! - [`flight`] — Arrow Flight SQL (tonic).
 //! - [`http`] — Prometheus metrics, the JSON admin API and the web console (axum).
+//! - [`mcp`] — the Model Context Protocol for agents (at `/mcp` on the HTTP listener, or stdio).
 
 pub mod flight;
 pub mod http;
+pub mod mcp;
 pub mod pg;
 
 use std::net::SocketAddr;

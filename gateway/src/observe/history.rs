@@ -208,6 +208,12 @@ impl QueryHistory {
         }
     }
 
+    /// The record of query `id`, if it is still kept (and finished).
+    pub fn find(&self, id: u64) -> Option<QueryRecord> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.iter().rev().find(|r| r.id == id).cloned()
+    }
+
     /// Every record kept, oldest first.
     pub fn all(&self) -> Vec<QueryRecord> {
         self.entries

@@ -253,6 +253,11 @@ impl Auth {
             .unwrap_or_default()
     }
 
+    /// Whether `user` is configured.
+    pub fn knows(&self, user: &str) -> bool {
+        self.users.contains_key(user)
+    }
+
     /// Whether clients must prove a password.
     pub fn required(&self) -> bool {
         self.scram

@@ -28,6 +28,8 @@ pub enum Frontend {
     Pg,
     /// Arrow Flight SQL.
     Flight,
+    /// The Model Context Protocol (agents).
+    Mcp,
     /// In-process (`lakegate exec`, `lakegate route`).
     #[default]
     Local,
@@ -39,6 +41,7 @@ impl Frontend {
         match self {
             Self::Pg => "pg",
             Self::Flight => "flight",
+            Self::Mcp => "mcp",
             Self::Local => "local",
         }
     }

@@ -150,6 +150,8 @@ pub struct GatewayService {
     security: Security,
     /// The PostgreSQL catalog mirror, when there is one.
     mirror: Option<Arc<CatalogMirror>>,
+    /// Agents' guardrails, budgets and held statements (the MCP frontend's).
+    agents: Arc<crate::agents::Agents>,
 }
 
 /// What a [`GatewayService`] is built from.
@@ -172,6 +174,8 @@ pub struct ServiceParts {
     pub max_call_nesting: usize,
     /// The PostgreSQL catalog mirror (`None`: the emulated catalog answers).
     pub mirror: Option<Arc<CatalogMirror>>,
+    /// `[mcp]`: agents' guardrails.
+    pub agents: Arc<crate::agents::Agents>,
 }
 
 impl GatewayService {
@@ -195,7 +199,13 @@ impl GatewayService {
             maintainer: parts.maintainer,
             security: parts.security,
             mirror: parts.mirror,
+            agents: parts.agents,
         }
+    }
+
+    /// Agents' guardrails, budgets and held statements.
+    pub fn agents(&self) -> &Arc<crate::agents::Agents> {
+        &self.agents
     }
 
     /// Who may connect.

@@ -14,6 +14,9 @@
 //! | `/api/table_health` | every table's health score, reasons and trend |
 //! | `/api/table/{ns.table}` | one table: freshness budget, partitions, operations |
 //! | `/api/operations` | the maintenance operations log, newest first |
+//! | `/api/pending` | agents' statements held for approval, and the last decisions |
+//! | `POST /api/pending/{id}/approve`, `/reject` | decide one (role `admin`) |
+//! | `/mcp` | the MCP endpoint for agents ([`crate::frontend::mcp`]; its own authentication) |
 //! | `/` | the web console (reads the endpoints above) |
 //!
 //! With users configured (`[[auth.users]]`), everything but `/api/health` and `/api/ready`
@@ -25,6 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 mod api;
+mod approvals;
 
 use std::time::Duration;
 
@@ -32,7 +36,7 @@ use async_trait::async_trait;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -54,10 +58,12 @@ pub struct HttpServer {
     addr: SocketAddr,
     app: Router,
     header_timeout: Duration,
+    /// Ends `/mcp`'s open streams at shutdown (else connections would wait on them).
+    mcp_shutdown: CancellationToken,
 }
 
 impl HttpServer {
-    /// Binds `addr` and prepares the routes.
+    /// Binds `addr` and prepares the routes; `mcp`: serve `/mcp` with these tools.
     ///
     /// # Errors
     /// [`Error::Bind`] when the address cannot be bound.
@@ -65,6 +71,7 @@ impl HttpServer {
         addr: SocketAddr,
         service: Arc<GatewayService>,
         metrics: Arc<Metrics>,
+        mcp: Option<Arc<crate::frontend::mcp::tools::Tools>>,
     ) -> Result<Self> {
         let (listener, addr) = crate::frontend::bind(addr, "http.listen").await?;
         let state = AppState { service, metrics };
@@ -79,11 +86,14 @@ impl HttpServer {
             .route("/api/table/{name}", get(api::table_detail))
             .route("/api/table_health", get(api::table_health))
             .route("/api/operations", get(api::operations))
+            .route("/api/pending", get(approvals::pending))
+            .route("/api/pending/{id}/approve", post(approvals::approve))
+            .route("/api/pending/{id}/reject", post(approvals::reject))
             .route_layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 require_operator,
             ));
-        let app = Router::new()
+        let mut app = Router::new()
             .route(
                 "/api/health",
                 get(|| async { Json(json!({"status": "ok"})) }),
@@ -91,11 +101,19 @@ impl HttpServer {
             .route("/api/ready", get(api::ready))
             .merge(protected)
             .with_state(state);
+        let mcp_shutdown = CancellationToken::new();
+        if let Some(tools) = mcp {
+            app = app.merge(crate::frontend::mcp::http::router(
+                tools,
+                mcp_shutdown.clone(),
+            ));
+        }
         Ok(Self {
             listener,
             addr,
             app,
             header_timeout: crate::config::HttpConfig::default().header_timeout,
+            mcp_shutdown,
         })
     }
 
@@ -125,12 +143,25 @@ impl crate::frontend::Server for HttpServer {
         use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
         use hyper_util::server::conn::auto::Builder;
         use hyper_util::service::TowerToHyperService;
-        let service = TowerToHyperService::new(self.app);
-        while let Some((socket, _)) =
+        use tower::ServiceExt;
+        let mcp_shutdown = self.mcp_shutdown.clone();
+        let stop_mcp = shutdown.clone();
+        tokio::spawn(async move {
+            stop_mcp.cancelled().await;
+            mcp_shutdown.cancel();
+        });
+        while let Some((socket, peer)) =
             crate::frontend::accept(&self.listener, &shutdown, "http.listen").await
         {
-            let (service, shutdown, timeout) =
-                (service.clone(), shutdown.clone(), self.header_timeout);
+            // Each request knows its connection's peer (`/mcp` serves only loopback without users).
+            let service = TowerToHyperService::new(self.app.clone().map_request(
+                move |mut r: axum::http::Request<hyper::body::Incoming>| {
+                    r.extensions_mut()
+                        .insert(crate::frontend::mcp::http::Peer(peer));
+                    r
+                },
+            ));
+            let (shutdown, timeout) = (shutdown.clone(), self.header_timeout);
             tokio::spawn(async move {
                 let mut builder = Builder::new(TokioExecutor::new());
                 builder
@@ -155,6 +186,18 @@ impl crate::frontend::Server for HttpServer {
     }
 }
 
+/// The configured user a request's `Authorization` header proves (basic auth or a Flight SQL
+/// bearer token).
+pub(crate) fn authorized_user(
+    auth: &crate::security::auth::Auth,
+    headers: &axum::http::HeaderMap,
+) -> Option<String> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| auth.http_user(v))
+}
+
 /// Roles that may read the HTTP side when users are configured.
 const OPERATOR_ROLES: [&str; 2] = ["admin", "monitor"];
 
@@ -169,12 +212,7 @@ async fn require_operator(
     if !auth.required() {
         return next.run(request).await;
     }
-    let user = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| auth.http_user(v));
-    match user {
+    match authorized_user(auth, request.headers()) {
         None => (
             StatusCode::UNAUTHORIZED,
             [(

@@ -15,7 +15,7 @@ mod forward;
 pub mod handler;
 pub mod idle;
 mod params;
-mod sqlstate;
+pub(crate) mod sqlstate;
 pub mod startup;
 
 use std::net::SocketAddr;
