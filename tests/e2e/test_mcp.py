@@ -71,7 +71,7 @@ unfiltered_scan_bytes = 1
 
 [[mcp.agent]]
 users = ["capped"]
-max_scan_bytes = 4096
+max_scan_bytes = 16384
 
 [[mcp.agent]]
 users = ["bot"]
@@ -148,6 +148,13 @@ async def refused(session, tool: str, **arguments) -> dict:
     return answer(result)["error"]
 
 
+def http_text(gw, path: str) -> tuple[int, dict, str]:
+    request = urllib.request.Request(f"{gw.http}{path}")
+    request.add_header("Authorization", basic("admin"))
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return r.status, dict(r.headers), r.read().decode()
+
+
 def admin_request(gw, method: str, path: str) -> tuple[int, dict]:
     request = urllib.request.Request(f"{gw.http}{path}", method=method)
     request.add_header("Authorization", basic("admin"))
@@ -156,6 +163,14 @@ def admin_request(gw, method: str, path: str) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
+
+
+def cli(*args: str, check: bool = True) -> str:
+    import subprocess
+    out = subprocess.run([lakegate_bin(), *args], capture_output=True, text=True, timeout=60)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out.stdout + out.stderr
 
 
 def run(coroutine):
@@ -237,9 +252,15 @@ def test_a_scan_over_the_cap_is_refused_with_the_estimate_and_a_fix(agents_gw):
             assert re.search(r"estimated scan of [\d.]+ \w*B exceeds agent \"capped\"'s max_scan_bytes",
                              error["message"]), error
             assert "order_ts" in error["fix"], "names the partition column to filter on"
-            # Small tables fit.
+            # Small tables fit; a filter on the partition column prunes the estimate under the cap.
             ok = await call(s, "query", sql="SELECT count(*) FROM public.customers")
             assert ok["rows"] == [[50]]
+            day = await call(s, "query", sql="SELECT count(*) FROM public.orders WHERE "
+                                             "order_ts >= TIMESTAMPTZ '2026-11-25 00:00:00+00' AND "
+                                             "order_ts < TIMESTAMPTZ '2026-11-26 00:00:00+00'")
+            # The fixture's order i is at 2026-11-01 + 37 min × i (tests/fixtures/warehouse.py).
+            assert day["rows"] == [[sum(1 for i in range(1, 1001) if (37 * i) // 1440 == 24)]]
+            assert 0 < day["scan_bytes"] <= 16384
     run(go())
 
 
@@ -276,9 +297,15 @@ def test_an_expensive_statement_waits_for_approval(agents_gw, expected):
                     break
                 await asyncio.sleep(0.05)
             pending_id = body["pending"][0]["id"]
-            status, _ = await asyncio.to_thread(admin_request, agents_gw, "POST",
-                                                f"/api/pending/{pending_id}/reject")
-            assert status == 200
+            # The CLI lists and decides through the admin API (an admin's credentials in the URL).
+            admin_url = agents_gw.http.replace("http://", f"http://admin:{PASSWORDS['admin']}@")
+            listed = await asyncio.to_thread(cli, "agents", "pending", "--http", admin_url)
+            assert "no filter" in listed and "agent" in listed, listed
+            decided = await asyncio.to_thread(cli, "agents", "reject", str(pending_id), "--http", admin_url)
+            assert f"statement {pending_id} of agent: rejected by admin" in decided, decided
+            again = await asyncio.to_thread(cli, "agents", "approve", str(pending_id), "--http",
+                                            admin_url, check=False)
+            assert f"no statement {pending_id} is waiting" in again, again
             error = answer(await rejected)["error"]
             assert error["sqlstate"] == "42501" and "rejected by admin" in error["message"]
             _, body = await asyncio.to_thread(admin_request, agents_gw, "GET", "/api/pending")
@@ -315,6 +342,11 @@ def test_http_needs_credentials_and_agent_queries_feed_the_history(agents_gw):
     mine = [q for q in body["queries"] if q["frontend"] == "mcp"]
     assert mine and {q["user"] for q in mine} >= {"agent", "capped", "bot"}
     assert all(q["shape"] for q in mine if q["error"] is None)
+    status, _, metrics = http_text(agents_gw, "/metrics")
+    assert status == 200
+    assert re.search(r'lakegate_agent_queries_total\{group="[^"]*",outcome="ok",user="bot"\} 3', metrics), \
+        [l for l in metrics.splitlines() if "agent" in l]
+    assert re.search(r'lakegate_agent_scan_bytes_total\{group="[^"]*",user="agent"\} [1-9]', metrics)
 
 
 @pytest.mark.skipif(not MODERN_SDK, reason="the 2026-07-28 protocol needs the 2.x SDK")

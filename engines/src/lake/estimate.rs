@@ -174,11 +174,45 @@ fn literal(expr: &Expr, t: &PrimitiveType) -> Option<Datum> {
         PrimitiveType::Float => text.parse::<f32>().ok().map(Datum::float),
         PrimitiveType::String => Some(Datum::string(text)),
         PrimitiveType::Date => Datum::date_from_str(&text).ok(),
-        PrimitiveType::Timestamp => Datum::timestamp_from_str(&text).ok(),
-        PrimitiveType::Timestamptz => Datum::timestamptz_from_str(&text).ok(),
+        PrimitiveType::Timestamp => Datum::timestamp_from_str(&text)
+            .ok()
+            .or_else(|| pg_timestamp_micros(&text).map(Datum::timestamp_micros)),
+        PrimitiveType::Timestamptz => Datum::timestamptz_from_str(&text)
+            .ok()
+            .or_else(|| pg_timestamp_micros(&text).map(Datum::timestamptz_micros)),
         PrimitiveType::Decimal { .. } => Datum::decimal_from_str(&text).ok(),
         _ => None,
     }
+}
+
+/// Microseconds since the epoch of a timestamp as PostgreSQL writes it (`2026-11-25
+/// 00:00:00+00`, `2026-11-25T10:00:00.5-05:30`, `2026-11-25 10:00`, `2026-11-25`); without a
+/// zone it is read as UTC (an estimate only prunes: a session zone moves it by hours at most).
+fn pg_timestamp_micros(text: &str) -> Option<i64> {
+    use chrono::{DateTime, NaiveDate, NaiveDateTime};
+    let text = text.trim();
+    for format in [
+        "%Y-%m-%d %H:%M:%S%.f%#z",
+        "%Y-%m-%dT%H:%M:%S%.f%#z",
+        "%Y-%m-%d %H:%M%#z",
+    ] {
+        if let Ok(t) = DateTime::parse_from_str(text, format) {
+            return Some(t.timestamp_micros());
+        }
+    }
+    for format in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
+            return Some(t.and_utc().timestamp_micros());
+        }
+    }
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc().timestamp_micros())
 }
 
 #[cfg(test)]
@@ -241,5 +275,17 @@ mod tests {
                 .contains("id > 10")
         );
         assert!(predicate(&where_of("nope = 1"), &s).is_none());
+    }
+
+    #[test]
+    fn timestamps_as_postgresql_writes_them_are_understood() {
+        let micros = |t: &str| pg_timestamp_micros(t).expect(t);
+        let midnight = 1_795_564_800_000_000; // 2026-11-25T00:00:00Z
+        assert_eq!(micros("2026-11-25 00:00:00+00"), midnight);
+        assert_eq!(micros("2026-11-25T00:00:00.000+00:00"), midnight);
+        assert_eq!(micros("2026-11-25 05:30:00+05:30"), midnight);
+        assert_eq!(micros("2026-11-25 00:00"), midnight);
+        assert_eq!(micros("2026-11-25"), midnight);
+        assert!(pg_timestamp_micros("tomorrow").is_none());
     }
 }

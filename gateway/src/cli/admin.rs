@@ -42,9 +42,17 @@ async fn call(base: &str, path: &str, method: reqwest::Method) -> Result<Value> 
         return Err(Error::Config {
             setting: "--http".into(),
             reason: format!(
-                "{url} answered {status}: give a user with role admin or monitor as \
-                 http://user:password@host:port"
+                "{url} answered {status}: give a user with role admin or monitor (admin to \
+                 decide approvals) as http://user:password@host:port"
             ),
+        });
+    }
+    if !status.is_success() {
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        return Err(Error::Unsupported {
+            what: body["error"]
+                .as_str()
+                .map_or_else(|| format!("{url} answered {status}"), str::to_string),
         });
     }
     response.json().await.map_err(|e| unreachable(&e))

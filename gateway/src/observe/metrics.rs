@@ -52,6 +52,9 @@ pub struct Metrics {
     telemetry: GaugeVec,
     auth_failures: prometheus::IntGauge,
     health: GaugeVec,
+    /// Agents' (MCP) queries by user: few, configured users, so the label stays bounded.
+    agent_queries: IntCounterVec,
+    agent_scan: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -99,6 +102,26 @@ impl Metrics {
             IntCounterVec::new(
                 Opts::new("lakegate_rows_returned_total", "Rows sent to clients"),
                 &["frontend", "group"],
+            )?,
+        );
+        let agent_queries = register(
+            &r,
+            IntCounterVec::new(
+                Opts::new(
+                    "lakegate_agent_queries_total",
+                    "Queries run by agents (MCP)",
+                ),
+                &["user", "group", "outcome"],
+            )?,
+        );
+        let agent_scan = register(
+            &r,
+            IntCounterVec::new(
+                Opts::new(
+                    "lakegate_agent_scan_bytes_total",
+                    "Bytes agents' queries were estimated to scan",
+                ),
+                &["user", "group"],
             )?,
         );
         let group_load = register(
@@ -220,6 +243,8 @@ impl Metrics {
             maintenance,
             telemetry,
             health,
+            agent_queries,
+            agent_scan,
             registry: r,
             queries,
             latency,
@@ -290,6 +315,14 @@ impl Metrics {
         self.rows
             .with_label_values(&[frontend, &r.group])
             .inc_by(r.rows);
+        if r.frontend == crate::service::Frontend::Mcp {
+            self.agent_queries
+                .with_label_values(&[&r.user, &r.group, outcome])
+                .inc();
+            self.agent_scan
+                .with_label_values(&[&r.user, &r.group])
+                .inc_by(r.scan_bytes);
+        }
     }
 
     /// The text exposition, with the scrape-time gauges refreshed from `scrape`.

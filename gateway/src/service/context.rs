@@ -91,6 +91,9 @@ pub struct StatementContext {
     pub timeout: Option<Duration>,
     /// Table versions shared with the other messages of its extended-protocol batch.
     pub batch: super::batch::Batch,
+    /// Scan estimates past this many bytes are pruned by the WHERE even when no group cap asks
+    /// for it (an agent's own thresholds; 0: only the group's cap).
+    pub prune_above: u64,
     deadline: Option<Instant>,
     cancel: CancellationToken,
 }
@@ -112,6 +115,7 @@ impl StatementContext {
             engine: None,
             timeout,
             batch: super::batch::Batch::None,
+            prune_above: 0,
             deadline: timeout.map(|t| Instant::now() + t),
             cancel,
         }
@@ -121,6 +125,12 @@ impl StatementContext {
     pub fn with_routing(mut self, group: Option<&str>, engine: Option<&str>) -> Self {
         self.group = group.map(str::to_string);
         self.engine = engine.map(str::to_string);
+        self
+    }
+
+    /// The same context, pruning scan estimates past `bytes` (see [`Self::prune_above`]).
+    pub fn with_prune_above(mut self, bytes: u64) -> Self {
+        self.prune_above = bytes;
         self
     }
 

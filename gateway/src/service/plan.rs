@@ -185,14 +185,14 @@ impl GatewayService {
             &resolved.pins,
             settings.default_schema(),
         )?;
+        // The smaller of the group's cap and the caller's own threshold (0: none).
+        let cap = match (intent.group.max_scan_bytes, ctx.prune_above) {
+            (0, own) => own,
+            (group, 0) => group,
+            (group, own) => group.min(own),
+        };
         let estimate = self
-            .scan_estimate(
-                &intent.statement,
-                params,
-                &resolved.pins,
-                intent.group.max_scan_bytes,
-                &masks,
-            )
+            .scan_estimate(&intent.statement, params, &resolved.pins, cap, &masks)
             .await;
         let mut plan = decide(
             intent,

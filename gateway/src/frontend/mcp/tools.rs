@@ -118,14 +118,19 @@ impl Tools {
         Ok(statement)
     }
 
-    /// Plans `statement` for `session` exactly as running it would (access, group caps).
+    /// Plans `statement` for `session` exactly as running it would (access, group caps), its
+    /// scan estimate pruned past `prune_above` bytes (the agent's thresholds).
     async fn plan(
         &self,
         statement: &Statement,
         session: &Session,
         cancel: &CancellationToken,
+        prune_above: u64,
     ) -> Result<Plan, ToolError> {
-        let ctx = self.service.context(session, cancel.clone());
+        let ctx = self
+            .service
+            .context(session, cancel.clone())
+            .with_prune_above(prune_above);
         match self.service.explain_plan(statement, session, &ctx).await {
             Ok(plan) => Ok(plan),
             Err(e) => Err(self.refusal(e, statement, session).await),
@@ -161,7 +166,9 @@ impl Tools {
         let limits = &caller.policy.limits;
         let statement = self.one_query(sql)?;
         let mut session = self.session(caller)?;
-        let plan = self.plan(&statement, &session, &cancel).await?;
+        let plan = self
+            .plan(&statement, &session, &cancel, prune_above(limits))
+            .await?;
         let bytes = plan.scan_bytes();
         let tables = plan.profile.tables.clone();
         if limits.max_scan_bytes > 0 && bytes > limits.max_scan_bytes {
@@ -288,7 +295,10 @@ impl Tools {
         let limits = &caller.policy.limits;
         let statement = self.one_query(sql)?;
         let mut session = self.session(caller)?;
-        let plan = match self.plan(&statement, &session, &cancel).await {
+        let plan = match self
+            .plan(&statement, &session, &cancel, prune_above(limits))
+            .await
+        {
             Ok(plan) => plan,
             Err(refused) => {
                 return Ok(json!({"would_run": false, "refused": refused.to_json()}));
@@ -523,6 +533,16 @@ impl Tools {
             .map(|(ns, t)| format!("{ns}.{t}"))
             .collect())
     }
+}
+
+/// Estimates past this are worth pruning exactly for `limits`: the smaller of the agent's scan
+/// cap and its expensive threshold (0: none).
+fn prune_above(limits: &crate::agents::Limits) -> u64 {
+    [limits.max_scan_bytes, limits.expensive_scan_bytes]
+        .into_iter()
+        .filter(|b| *b > 0)
+        .min()
+        .unwrap_or(0)
 }
 
 /// `schema.table@snapshot` items of a history record.
