@@ -341,6 +341,10 @@ impl Engine for DuckDbEngine {
         }
     }
 
+    fn ready(&self) -> bool {
+        self.root.initialized()
+    }
+
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
         let (schema, sql) = prepare(&request, "duckdb", Dialect::DuckDb)?;
         let zone = duckdb_zone(&request.settings.time_zone).unwrap_or_else(|| "UTC".into());

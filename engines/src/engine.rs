@@ -170,6 +170,13 @@ pub trait Engine: Debug + Send + Sync + 'static {
     /// Planning and execution errors; errors met later arrive in the stream.
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream>;
 
+    /// Whether the engine is set up: `false` while its first statement would also open it
+    /// (DuckDB is opened lazily), so that statement's time says nothing about the engine's
+    /// speed and the router does not learn from it.
+    fn ready(&self) -> bool {
+        true
+    }
+
     /// The PostgreSQL behaviours this engine does not reproduce exactly: a statement relying
     /// on one is refused here (and answered by another engine) rather than answered
     /// differently.

@@ -261,6 +261,10 @@ def test_a_scan_over_the_cap_is_refused_with_the_estimate_and_a_fix(agents_gw):
             # The fixture's order i is at 2026-11-01 + 37 min × i (tests/fixtures/warehouse.py).
             assert day["rows"] == [[sum(1 for i in range(1, 1001) if (37 * i) // 1440 == 24)]]
             assert 0 < day["scan_bytes"] <= 16384
+            # Expensive (a cross join) under the default policy: refused with the reason.
+            cross = await refused(s, "query", sql="SELECT count(*) FROM public.customers "
+                                                  "CROSS JOIN public.all_types")
+            assert cross["sqlstate"] == "54000" and "cross join" in cross["message"], cross
     run(go())
 
 

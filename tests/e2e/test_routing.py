@@ -464,3 +464,28 @@ def test_a_killed_pinned_engine_fails_fast_and_the_rest_keeps_serving(engine_est
     for other in ["datafusion", "duckdb"]:
         with pin(engine_estate, other) as conn:
             assert conn.execute("SELECT count(*) FROM typed").fetchone() == (500,)
+
+
+def test_duckdbs_opening_statement_teaches_the_router_nothing(lake_dir):
+    """DuckDB opens (and loads its extensions) on its first statement: ~60 ms that say nothing
+    about how fast it answers, so the router learns from the statements after it only."""
+    from conftest import ROOT, start_gateway
+    import warehouse as wh
+    gw = start_gateway([*wh.flags(str(lake_dir))], ["--rules-dir", str(ROOT / "routing-rules")])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            conn.execute("SET lakegate.engine = duckdb")
+
+            def duck_queries() -> int:
+                rows = conn.execute("SELECT queries FROM lakegate.routing WHERE engine = 'duckdb'"
+                                    ).fetchall()
+                return sum(r[0] for r in rows)
+
+            sql = "SELECT count(*) FROM orders WHERE order_id = 7"
+            assert conn.execute(sql).fetchall() == [(1,)]
+            assert duck_queries() == 0, "the opening statement is not a sample"
+            conn.execute(sql.replace("= 7", "= 8")).fetchall()
+            assert duck_queries() == 1
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

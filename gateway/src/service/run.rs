@@ -108,6 +108,9 @@ impl GatewayService {
                 lists_catalog: plan.resolved.catalog,
             };
             let started = Instant::now();
+            // A statement that also sets the engine up (DuckDB's opening) teaches the router
+            // nothing about the engine's speed.
+            let learn = engine.ready();
             let outcome = match execute_on(engine, request, plan.names.as_deref()).await {
                 Ok(stream) => first_batch(stream).await,
                 Err(e) => Err(e),
@@ -120,6 +123,7 @@ impl GatewayService {
                         shape,
                         bytes,
                         started,
+                        learn,
                         _slot: slot.take(),
                     };
                     return Ok(Ran {
@@ -297,6 +301,8 @@ struct Held {
     shape: Shape,
     bytes: u64,
     started: Instant,
+    /// Report the latency (not for a statement that also set the engine up).
+    learn: bool,
     _slot: Option<Slot>,
 }
 
@@ -317,7 +323,9 @@ fn tracked(stream: SendableRecordBatchStream, held: Held) -> SendableRecordBatch
                 Some((Err(e), (stream, held)))
             }
             None => {
-                if let Some(h) = held.take() {
+                if let Some(h) = held.take()
+                    && h.learn
+                {
                     let ms = h.started.elapsed().as_secs_f64() * 1000.0;
                     h.router.record(&h.engine, h.shape, h.bytes, Some(ms));
                 }
