@@ -129,6 +129,14 @@ if [ ! -f "$NODE_DIR/node_modules/playwright-core/package.json" ] || \
   mkdir -p "$NODE_DIR"
   (cd "$NODE_DIR" && npm install -q --no-audit --no-fund --no-save "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null)
 fi
+# The MCP TypeScript SDK (tests/e2e/test_mcp.py drives the agent endpoint with it too).
+MCP_TS_VERSION=1.32.2
+MCP_TS_DIR="$CACHE/node-mcp-$MCP_TS_VERSION"
+if [ ! -f "$MCP_TS_DIR/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+  echo "setup: @modelcontextprotocol/sdk $MCP_TS_VERSION from npm"
+  mkdir -p "$MCP_TS_DIR"
+  (cd "$MCP_TS_DIR" && npm install -q --no-audit --no-fund --no-save "@modelcontextprotocol/sdk@$MCP_TS_VERSION" >/dev/null)
+fi
 # node-postgres, newest and an older line (tests/e2e/test_drivers.py), each in its own directory.
 for NODE_PG in 8.23.1 8.16.3; do
   PG_DIR="$CACHE/node-pg-$NODE_PG"

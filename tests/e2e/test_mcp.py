@@ -422,3 +422,29 @@ def test_stdio_refuses_an_unknown_user(lake_dir, cfg):
                           "--user", "nobody"], input="", capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "nobody" in out.stderr and "auth.users" in out.stderr
+
+
+def test_the_typescript_sdk_answers_over_http_and_stdio(agents_gw, lake_dir, cfg):
+    """The official TypeScript SDK (@modelcontextprotocol/sdk, scripts/setup.sh) as a client."""
+    import shutil
+    import subprocess
+    from conftest import ROOT
+    modules = sorted((ROOT / ".cache").glob("node-mcp-*/node_modules"))
+    if not modules or not shutil.which("node"):
+        pytest.fail("@modelcontextprotocol/sdk or node missing: run scripts/setup.sh")
+    script = ROOT / "tests" / "mcp" / "client.mjs"
+    # Node resolves packages from the script's directory upwards: run a copy beside them.
+    local = modules[-1].parent / "client.mjs"
+    local.write_text(script.read_text())
+    stdio_args = json.dumps(["mcp", *wh.flags(str(lake_dir)), "--config", str(cfg), "--user", "agent"])
+    for args in (["http", f"{agents_gw.http}/mcp", "agent", PASSWORDS["agent"]],
+                 ["stdio", lakegate_bin(), stdio_args]):
+        out = subprocess.run(["node", str(local), *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        steps = {s["step"]: s for s in map(json.loads, out.stdout.splitlines())}
+        assert steps["tools"]["server"] == "lakegate" and set(steps["tools"]["tools"]) == TOOLS
+        query = steps["query"]
+        assert query["isError"] is False and query["answer"]["rows"][0][0] == 2
+        assert query["answer"]["rows"][0][1] != "customer 2", "masked"
+        assert steps["denied"]["isError"] is True and steps["denied"]["text"].startswith("ERROR 42501")
+        assert "lakegate://table/public.orders" in steps["resources"]["uris"]
