@@ -154,6 +154,12 @@ enum MaintenanceAction {
         #[command(flatten)]
         target: MaintenanceTarget,
     },
+    /// A table's effective maintenance policy: each key, its value and the level it came from
+    /// (default, catalog, namespace, table rule, or the table's own property).
+    Policy {
+        #[command(flatten)]
+        target: MaintenanceTarget,
+    },
     /// Run one maintenance cycle now over every table (or one), printing progress.
     Run {
         /// Run one cycle and exit (the only mode; `serve --maintenance` runs the loop).
@@ -352,6 +358,17 @@ async fn run() -> anyhow::Result<()> {
             let (target, run) = match action {
                 MaintenanceAction::Plan { target } => (target, false),
                 MaintenanceAction::Run { target, .. } => (target, true),
+                MaintenanceAction::Policy { target } => {
+                    let MaintenanceTarget {
+                        table,
+                        config,
+                        flags,
+                    } = target;
+                    let table = table.context("maintenance policy needs --table ns.table")?;
+                    let config = Config::load(config.as_deref(), &flags.overrides())?;
+                    print!("{}", local::policy_local(&config, &table).await?);
+                    return Ok(());
+                }
             };
             let MaintenanceTarget {
                 table,

@@ -71,6 +71,9 @@ pub struct MaintenanceConfig {
     pub log_path: String,
     /// Operations kept in memory (and shown by `lakegate.operations`).
     pub log_capacity: usize,
+    /// `[[maintenance.policy]]`: per-table settings for the tables each rule matches (see
+    /// [`crate::policy`]; table properties `lakegate.maintenance.*` override them).
+    pub policy: Vec<crate::policy::PolicyRule>,
 }
 
 impl Default for MaintenanceConfig {
@@ -100,6 +103,7 @@ impl Default for MaintenanceConfig {
             sort_memory: 512 * MIB,
             log_path: String::new(),
             log_capacity: 10_000,
+            policy: Vec::new(),
         }
     }
 }
@@ -110,6 +114,38 @@ impl MaintenanceConfig {
     /// # Errors
     /// [`Error::Config`] naming the setting.
     pub fn validate(&self) -> Result<()> {
+        let bad = |setting, reason: &str| {
+            Err(Error::Config {
+                setting,
+                reason: reason.into(),
+            })
+        };
+        self.validate_table()?;
+        if self.interval.is_zero() {
+            return bad("interval", "must be positive");
+        }
+        if self.telemetry_capacity == 0 {
+            return bad("telemetry_capacity", "must be positive");
+        }
+        for p in self.include.iter().chain(&self.exclude) {
+            if p.is_empty() || (p.contains('*') && p != "*" && !p.ends_with(".*")) {
+                return bad(
+                    "include/exclude",
+                    &format!("`{p}`: use `ns.table`, `ns.*` or `*`"),
+                );
+            }
+        }
+        crate::policy::check_rules(self).map_err(|reason| Error::Config {
+            setting: "policy",
+            reason,
+        })
+    }
+
+    /// Checks the per-table values (those a policy may set) that would make the loop unsafe.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the setting.
+    pub fn validate_table(&self) -> Result<()> {
         let bad = |setting, reason: &str| {
             Err(Error::Config {
                 setting,
@@ -131,22 +167,8 @@ impl MaintenanceConfig {
                 "must be at least 1 (the current snapshot)",
             );
         }
-        if self.interval.is_zero() {
-            return bad("interval", "must be positive");
-        }
-        if self.telemetry_capacity == 0 {
-            return bad("telemetry_capacity", "must be positive");
-        }
         if self.max_manifests < 2 {
             return bad("max_manifests", "must be at least 2");
-        }
-        for p in self.include.iter().chain(&self.exclude) {
-            if p.is_empty() || (p.contains('*') && p != "*" && !p.ends_with(".*")) {
-                return bad(
-                    "include/exclude",
-                    &format!("`{p}`: use `ns.table`, `ns.*` or `*`"),
-                );
-            }
         }
         Ok(())
     }

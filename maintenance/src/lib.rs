@@ -17,6 +17,7 @@ mod operate;
 pub mod oplog;
 pub mod orphans;
 pub mod plan;
+pub mod policy;
 pub mod snapshot;
 pub mod telemetry;
 

@@ -22,14 +22,17 @@ use crate::health::{self, TableHealth};
 use crate::inventory::{Inventory, ManifestCache};
 use crate::oplog::{OperationKind, OperationLog, OperationRecord, OperationResult};
 use crate::plan::{self, Candidate, Planned};
+use crate::policy::Policy;
 use crate::telemetry::{Event, Heat, TableHeatView, Telemetry, table_key};
 
 /// Per-table scheduling state.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct TableState {
     /// When the table was last maintained (ms), and its snapshot count since.
     last_run_ms: i64,
     last_orphans_ms: i64,
+    /// The policy last recorded for it ([`Policy::summary`]; `None`: none seen yet).
+    policy: Option<String>,
 }
 
 /// Operation counters by (kind, result), for metrics.
@@ -45,6 +48,8 @@ pub struct OpCounters {
 pub struct Assessment {
     /// The health.
     pub health: TableHealth,
+    /// The table's effective policy (the settings its health and operations used).
+    pub policy: Policy,
     pub(crate) table: Table,
     inventory: Option<Inventory>,
     expirable: usize,
@@ -110,6 +115,10 @@ impl Maintainer {
         let mut state: HashMap<String, TableState> = HashMap::new();
         for r in log.all() {
             let s = state.entry(r.table.clone()).or_default();
+            if r.kind == OperationKind::PolicyChange {
+                s.policy = Some(r.detail.clone());
+                continue;
+            }
             let ms = r.started_us / 1000;
             s.last_run_ms = s.last_run_ms.max(ms);
             if r.kind == OperationKind::RemoveOrphans {
@@ -194,6 +203,7 @@ impl Maintainer {
 
     /// Assesses `table` (already loaded) as `key`.
     async fn assess_loaded(&self, key: String, table: Table) -> Result<Assessment> {
+        let policy = self.policy_of(&key, &table);
         let view = self.heat_view(&key);
         let inventory = match table.metadata().current_snapshot() {
             Some(s) => Some(Inventory::load(&table, s, &self.cache).await?),
@@ -203,8 +213,8 @@ impl Maintainer {
         let sort = sort_columns(&table, &view);
         let expirable = crate::expire::expirable(
             &table,
-            self.config.keep_snapshots,
-            self.config.snapshot_min_age,
+            policy.config.keep_snapshots,
+            policy.config.snapshot_min_age,
         )
         .len();
         let health = health::assess(
@@ -217,11 +227,12 @@ impl Maintainer {
                 sort_columns: sort,
                 expirable,
             },
-            &self.config,
+            &policy.config,
         );
         self.sample(&health);
         Ok(Assessment {
             health,
+            policy,
             table,
             inventory,
             expirable,
@@ -364,29 +375,106 @@ impl Maintainer {
         out
     }
 
-    fn due(&self, key: &str, table: &Table, force: bool) -> (bool, bool) {
+    fn due(
+        &self,
+        key: &str,
+        table: &Table,
+        config: &MaintenanceConfig,
+        force: bool,
+    ) -> (bool, bool) {
         if force {
             return (true, true);
         }
         let now = chrono::Utc::now().timestamp_millis();
-        let st = self
+        let (last_run_ms, last_orphans_ms) = self
             .state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
-            .copied()
-            .unwrap_or_default();
+            .map_or((0, 0), |s| (s.last_run_ms, s.last_orphans_ms));
         let commits_since = table
             .metadata()
             .snapshots()
-            .filter(|s| s.timestamp_ms() > st.last_run_ms)
+            .filter(|s| s.timestamp_ms() > last_run_ms)
             .count() as u64;
-        let max_ms = self.config.max_interval.as_millis() as i64;
-        let due = commits_since >= self.config.min_commits
-            || (commits_since > 0 && now - st.last_run_ms >= max_ms);
-        let orphans = now - st.last_orphans_ms
-            >= max_ms.max(self.config.orphan_min_age.as_millis() as i64 / 4);
+        let max_ms = config.max_interval.as_millis() as i64;
+        let due = commits_since >= config.min_commits
+            || (commits_since > 0 && now - last_run_ms >= max_ms);
+        let orphans =
+            now - last_orphans_ms >= max_ms.max(config.orphan_min_age.as_millis() as i64 / 4);
         (due, due && orphans)
+    }
+
+    /// `key`'s effective policy: `[maintenance]`, its rules, and the table's own properties.
+    pub fn policy_of(&self, key: &str, table: &Table) -> Policy {
+        let (ns, name) = key.rsplit_once('.').unwrap_or(("", key));
+        crate::policy::resolve(&self.config, ns, name, table.metadata().properties())
+    }
+
+    /// `ns.table`'s effective policy, read now.
+    ///
+    /// # Errors
+    /// Catalog errors loading the table.
+    pub async fn policy(&self, namespace: &str, name: &str) -> Result<Policy> {
+        let ident = TableIdent::new(namespace_ident(namespace), name.to_string());
+        let table = self.committer.load(&ident).await?;
+        Ok(self.policy_of(&table_key(namespace, name), &table))
+    }
+
+    /// Every table's effective policy (tables that fail to load are skipped and logged).
+    ///
+    /// # Errors
+    /// Catalog errors listing tables.
+    pub async fn policies(&self) -> Result<Vec<(String, Policy)>> {
+        let mut out = Vec::new();
+        for (ns, t) in self.tables().await? {
+            match self.policy(&ns, &t).await {
+                Ok(p) => out.push((table_key(&ns, &t), p)),
+                Err(e) => tracing::warn!(table = %table_key(&ns, &t), error = %e, "no policy"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records `key`'s policy in the operations log when it differs from the last one recorded
+    /// (a table first seen at its defaults records nothing).
+    fn note_policy(&self, key: &str, policy: &Policy) {
+        let summary = policy.summary();
+        let before = {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let s = state.entry(key.to_string()).or_default();
+            if s.policy.as_deref().unwrap_or("") == summary {
+                s.policy.get_or_insert_with(String::new);
+                return;
+            }
+            s.policy.replace(summary.clone()).unwrap_or_default()
+        };
+        let show = |s: &str| {
+            if s.is_empty() {
+                "defaults".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        tracing::info!(table = key, policy = %show(&summary), "maintenance policy changed");
+        self.log.push(OperationRecord {
+            id: 0,
+            started_us: chrono::Utc::now().timestamp_micros(),
+            table: key.to_string(),
+            kind: OperationKind::PolicyChange,
+            partition: String::new(),
+            files_before: 0,
+            files_after: 0,
+            bytes_before: 0,
+            bytes_after: 0,
+            files_deleted: 0,
+            millis: 0.0,
+            result: OperationResult::Ok,
+            snapshot_before: None,
+            snapshot_after: None,
+            reason: format!("was: {}", show(&before)),
+            detail: summary,
+        });
     }
 
     /// Plans a cycle: over every allowed table (`only`: one `ns.table`) that is due (`force`:
@@ -399,6 +487,16 @@ impl Maintainer {
         force: bool,
         only: Option<&str>,
     ) -> Result<(Vec<Planned>, Vec<Assessment>)> {
+        self.plan_cycle(force, only, false).await
+    }
+
+    /// [`Maintainer::plan`]; `record`: log each table's policy change (a cycle that runs).
+    async fn plan_cycle(
+        &self,
+        force: bool,
+        only: Option<&str>,
+        record: bool,
+    ) -> Result<(Vec<Planned>, Vec<Assessment>)> {
         let mut assessed = Vec::new();
         let mut flags = Vec::new();
         for (ns, t) in self.tables().await? {
@@ -410,13 +508,20 @@ impl Maintainer {
             // partition heat), so an estate of quiet tables costs a lookup each per cycle.
             let ident = TableIdent::new(namespace_ident(&ns), t.clone());
             let table = match self.committer.load(&ident).await {
-                Ok(table) if force || self.due(&key, &table, false).0 => table,
-                Ok(_) => continue,
+                Ok(table) => table,
                 Err(e) => {
                     tracing::warn!(table = %key, error = %e, "not loaded");
                     continue;
                 }
             };
+            // The table's own settings apply from this cycle on (a change is logged once).
+            let policy = self.policy_of(&key, &table);
+            if record {
+                self.note_policy(&key, &policy);
+            }
+            if !policy.enabled || !(force || self.due(&key, &table, &policy.config, false).0) {
+                continue;
+            }
             let a = match self.assess_loaded(key.clone(), table).await {
                 Ok(a) => a,
                 Err(e) => {
@@ -424,7 +529,7 @@ impl Maintainer {
                     continue;
                 }
             };
-            let (due, orphans) = self.due(&key, &a.table, force);
+            let (due, orphans) = self.due(&key, &a.table, &a.policy.config, force);
             if due {
                 flags.push(orphans);
                 assessed.push(a);
@@ -443,6 +548,7 @@ impl Maintainer {
                 default_spec: a.table.metadata().default_partition_spec_id(),
                 expirable: a.expirable,
                 orphans_due: *orphans,
+                config: &a.policy.config,
             })
             .collect();
         let planned = plan::plan(
@@ -465,7 +571,7 @@ impl Maintainer {
     ) -> Result<Vec<OperationRecord>> {
         let _one = self.cycle.lock().await;
         self.counters.cycles.fetch_add(1, Ordering::Relaxed);
-        let (planned, assessed) = self.plan(force, only).await?;
+        let (planned, assessed) = self.plan_cycle(force, only, true).await?;
         let started = Instant::now();
         let mut done = Vec::new();
         let mut touched = std::collections::HashSet::new();

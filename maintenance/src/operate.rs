@@ -121,7 +121,7 @@ impl Maintainer {
                 };
                 self.compact(&ident, a, work).await
             }
-            Action::RemoveOrphans => self.remove_orphans(&ident).await,
+            Action::RemoveOrphans => self.remove_orphans(&ident, a).await,
             Action::RewriteManifests { manifests } => {
                 self.rewrite_manifests(&ident, *manifests).await
             }
@@ -129,7 +129,7 @@ impl Maintainer {
     }
 
     async fn expire(&self, ident: &TableIdent, a: &Assessment) -> Result<Outcome> {
-        let config = self.config();
+        let config = &a.policy.config;
         let e = crate::expire::run(
             self.committer(),
             self.manifests(),
@@ -160,7 +160,7 @@ impl Maintainer {
         a: &Assessment,
         work: Compaction<'_>,
     ) -> Result<Outcome> {
-        let config = self.config();
+        let config = &a.policy.config;
         let mut o = Outcome {
             partition: work.partition.to_string(),
             files_before: work.files.len() as u64,
@@ -226,12 +226,12 @@ impl Maintainer {
         Ok(o)
     }
 
-    async fn remove_orphans(&self, ident: &TableIdent) -> Result<Outcome> {
+    async fn remove_orphans(&self, ident: &TableIdent, a: &Assessment) -> Result<Outcome> {
         let o = crate::orphans::run(
             self.committer(),
             self.manifests(),
             ident,
-            self.config().orphan_min_age,
+            a.policy.config.orphan_min_age,
         )
         .await?;
         Ok(Outcome {

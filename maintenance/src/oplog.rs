@@ -20,6 +20,8 @@ pub enum OperationKind {
     RemoveOrphans,
     /// Merge small manifests.
     RewriteManifests,
+    /// A table's effective policy changed (a rule or a table property): recorded, not run.
+    PolicyChange,
 }
 
 impl OperationKind {
@@ -30,6 +32,7 @@ impl OperationKind {
             Self::Compact => "compact",
             Self::RemoveOrphans => "remove_orphans",
             Self::RewriteManifests => "rewrite_manifests",
+            Self::PolicyChange => "policy_change",
         }
     }
 }

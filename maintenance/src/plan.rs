@@ -92,15 +92,19 @@ pub struct Candidate<'a> {
     pub expirable: usize,
     /// Whether orphan removal is due.
     pub orphans_due: bool,
+    /// The table's effective settings ([`crate::policy`]).
+    pub config: &'a MaintenanceConfig,
 }
 
-/// Plans one cycle over `candidates` (tables already found due).
+/// Plans one cycle over `candidates` (tables already found due): each table under its own
+/// settings, the cycle under `config`'s budgets.
 pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i64) -> Vec<Planned> {
-    let small = config.small_file_bytes();
     let mut compactions: Vec<Planned> = Vec::new();
     let mut others: Vec<Planned> = Vec::new();
     for c in candidates {
         let h = c.health;
+        let table = c.config;
+        let small = table.small_file_bytes();
         if c.expirable > 0 {
             others.push(Planned {
                 table: h.table.clone(),
@@ -119,14 +123,14 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
             if p.spec_id != c.default_spec {
                 continue;
             }
-            let settled = now_ms - p.last_write_ms >= config.settle_after.as_millis() as i64;
+            let settled = now_ms - p.last_write_ms >= table.settle_after.as_millis() as i64;
             let in_partition = c
                 .files
                 .iter()
                 .filter(|f| f.spec_id == p.spec_id && f.partition == p.partition);
             let data: Vec<&LiveFile> = in_partition.clone().filter(|f| f.is_data()).collect();
             let has_deletes = p.delete_files > 0;
-            let worth = p.small_files >= config.min_input_files || (settled && has_deletes);
+            let worth = p.small_files >= table.min_input_files || (settled && has_deletes);
             if !worth {
                 continue;
             }
@@ -195,11 +199,11 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
                 priority: 0.0,
                 reason: format!(
                     "periodic: files unreferenced for over {} s",
-                    config.orphan_min_age.as_secs()
+                    table.orphan_min_age.as_secs()
                 ),
             });
         }
-        if h.manifests > config.max_manifests {
+        if h.manifests > table.max_manifests {
             others.push(Planned {
                 table: h.table.clone(),
                 action: Action::RewriteManifests {
@@ -208,7 +212,7 @@ pub fn plan(candidates: &[Candidate<'_>], config: &MaintenanceConfig, now_ms: i6
                 priority: 0.0,
                 reason: format!(
                     "{} data manifests (more than {})",
-                    h.manifests, config.max_manifests
+                    h.manifests, table.max_manifests
                 ),
             });
         }
@@ -351,6 +355,7 @@ mod tests {
                 default_spec: 0,
                 expirable: 3,
                 orphans_due: true,
+                config: &config,
             },
             Candidate {
                 health: &a,
@@ -358,6 +363,7 @@ mod tests {
                 default_spec: 0,
                 expirable: 40,
                 orphans_due: false,
+                config: &config,
             },
         ];
         let planned = plan(&candidates, &config, now);
@@ -419,6 +425,7 @@ mod tests {
                 default_spec: 0,
                 expirable: 0,
                 orphans_due: false,
+                config: &config,
             }],
             &config,
             now,

@@ -330,3 +330,69 @@ def test_compaction_sorts_by_the_column_queries_filter_on(tmp_path):
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=10)
+
+
+def test_policies_cascade_and_a_table_property_wins(tmp_path):
+    """`[maintenance]` < a namespace rule < a table rule < the table's own property: `maintenance
+    policy` names the level of each key, the run keeps the snapshots the property says, the
+    other table of the namespace keeps the rule's, and the change is in the operations log."""
+    wh.build(str(tmp_path))
+    cat = wh.catalog(str(tmp_path))
+    for _ in range(8):  # customers: 9 snapshots (orders has 20)
+        customers = cat.load_table("public.customers")
+        customers.append(customers.scan(limit=1).to_arrow())
+    orders = cat.load_table("public.orders")
+    with orders.transaction() as tx:
+        tx.set_properties({"lakegate.maintenance.keep_snapshots": "3",
+                           "lakegate.maintenance.settle_after": "soon"})
+    cfg = config(tmp_path, extra="""
+[[maintenance.policy]]
+match = "public.*"
+keep_snapshots = 6
+snapshot_min_age = "0s"
+min_commits = 1
+[[maintenance.policy]]
+match = "public.orders"
+max_manifests = 100
+""")
+    flags = wh.flags(str(tmp_path))
+    shown = subprocess.run([lakegate_bin(), "maintenance", "policy", "--table", "public.orders",
+                            "--config", str(cfg), *flags], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    lines = {l.split()[0]: l for l in shown.stdout.splitlines()[1:] if l.startswith("  ") and not l.startswith("  ignored")}
+    assert "table property lakegate.maintenance.keep_snapshots" in lines["keep_snapshots"], shown.stdout
+    assert lines["keep_snapshots"].split()[1] == "3"
+    assert "namespace: policy public.*" in lines["min_commits"]
+    assert "table: policy public.orders" in lines["max_manifests"]
+    assert "catalog: [maintenance]" in lines["min_input_files"], "set in [maintenance]"
+    assert lines["target_manifest_size"].rstrip().endswith("default")
+    assert "ignored: settle_after = soon" in shown.stdout, "an unreadable value is reported"
+
+    maintain(flags, cfg)
+    expired = {o["table"]: o for o in operations(tmp_path) if o["kind"] == "expire_snapshots"}
+    assert expired["public.orders"]["files_after"] == 3, "the property's keep_snapshots"
+    assert expired["public.customers"]["files_after"] == 6, "the namespace rule's, not [maintenance]'s 3"
+    changes = [o for o in operations(tmp_path) if o["kind"] == "policy_change"]
+    by_table = {o["table"]: o for o in changes}
+    assert "keep_snapshots=3 (table property" in by_table["public.orders"]["detail"]
+    assert by_table["public.orders"]["reason"] == "was: defaults"
+    # A second run with nothing changed records no new change; a changed property does.
+    maintain(flags, cfg)
+    assert len([o for o in operations(tmp_path) if o["kind"] == "policy_change"]) == len(changes)
+    with cat.load_table("public.orders").transaction() as tx:
+        tx.set_properties({"lakegate.maintenance.keep_snapshots": "4"})
+    maintain(flags, cfg, "public.orders")
+    last = [o for o in operations(tmp_path) if o["kind"] == "policy_change"][-1]
+    assert "keep_snapshots=4" in last["detail"] and "keep_snapshots=3" in last["reason"], last
+
+    gw = start_gateway([*flags, "--config", str(cfg)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            got = dict(conn.execute(
+                "SELECT key, source FROM lakegate.maintenance_policy WHERE \"table\" = 'public.orders'"
+            ).fetchall())
+        assert got["keep_snapshots"] == "table property lakegate.maintenance.keep_snapshots"
+        assert got["min_commits"] == "namespace: policy public.*"
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

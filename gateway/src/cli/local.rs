@@ -121,3 +121,34 @@ pub async fn maintenance_local(config: &Config, table: Option<&str>, run: bool) 
     }
     Ok(out)
 }
+
+/// `lakegate maintenance policy --table ns.table`: the table's effective policy, each key with
+/// the level it came from, and the values that were set but ignored.
+///
+/// # Errors
+/// Configuration and catalog errors; a name that is not `ns.table`.
+pub async fn policy_local(config: &Config, table: &str) -> Result<String> {
+    use std::fmt::Write;
+    let (ns, name) = table
+        .rsplit_once('.')
+        .ok_or_else(|| crate::error::Error::Unsupported {
+            what: format!("`{table}`: name a table as namespace.table"),
+        })?;
+    let service = build_service(config).await?;
+    let policy = service.maintainer().policy(ns, name).await?;
+    let mut out = format!(
+        "{table}: {}\n",
+        if policy.enabled {
+            "maintained"
+        } else {
+            "not maintained"
+        }
+    );
+    for e in &policy.entries {
+        let _ = writeln!(out, "  {:<22} {:<12} {}", e.key.name(), e.value, e.source);
+    }
+    for i in &policy.ignored {
+        let _ = writeln!(out, "  ignored: {i}");
+    }
+    Ok(out)
+}

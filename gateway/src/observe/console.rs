@@ -115,6 +115,11 @@ pub async fn table_detail(
             "queries": history.len(),
         },
         "health": assessment.health,
+        "policy": {
+            "enabled": assessment.policy.enabled,
+            "entries": assessment.policy.entries,
+            "ignored": assessment.policy.ignored,
+        },
         "trend": trend,
         "operations": operations,
     }))

@@ -1,5 +1,5 @@
-//! `lakegate.table_health`, `lakegate.table_partitions` and `lakegate.operations`: the
-//! maintenance loop's view of the estate as system tables.
+//! `lakegate.table_health`, `lakegate.table_partitions`, `lakegate.operations` and
+//! `lakegate.maintenance_policy`: the maintenance loop's view of the estate as system tables.
 
 use std::sync::Arc;
 
@@ -114,6 +114,21 @@ pub fn operations_batch(ops: &[OperationRecord]) -> RecordBatch {
         ),
         ("reason", text(o().map(|r| r.reason.as_str()))),
         ("detail", text(o().map(|r| r.detail.as_str()))),
+    ])
+}
+
+/// One row per (table, key): each table's effective policy and where each value came from.
+pub fn policy_batch(policies: &[(String, lakegate_maintenance::policy::Policy)]) -> RecordBatch {
+    let rows: Vec<(&str, &lakegate_maintenance::policy::Entry)> = policies
+        .iter()
+        .flat_map(|(t, p)| p.entries.iter().map(move |e| (t.as_str(), e)))
+        .collect();
+    let r = || rows.iter();
+    batch(vec![
+        ("table", text(r().map(|(t, _)| *t))),
+        ("key", text(r().map(|(_, e)| e.key.name()))),
+        ("value", text(r().map(|(_, e)| e.value.as_str()))),
+        ("source", text(r().map(|(_, e)| e.source.to_string()))),
     ])
 }
 

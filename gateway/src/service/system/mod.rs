@@ -43,11 +43,13 @@ pub enum SystemTable {
     Operations,
     /// `lakegate.acceleration`.
     Acceleration,
+    /// `lakegate.maintenance_policy`.
+    MaintenancePolicy,
 }
 
 impl SystemTable {
     /// Every table, in the order `lakegate` lists them.
-    pub const ALL: [SystemTable; 8] = [
+    pub const ALL: [SystemTable; 9] = [
         Self::CacheStats,
         Self::Queries,
         Self::Engines,
@@ -56,6 +58,7 @@ impl SystemTable {
         Self::TablePartitions,
         Self::Operations,
         Self::Acceleration,
+        Self::MaintenancePolicy,
     ];
 
     /// The table's name (without `lakegate.`).
@@ -69,6 +72,7 @@ impl SystemTable {
             Self::TablePartitions => "table_partitions",
             Self::Operations => "operations",
             Self::Acceleration => "acceleration",
+            Self::MaintenancePolicy => "maintenance_policy",
         }
     }
 
@@ -129,6 +133,9 @@ impl GatewayService {
                 }
                 SystemTable::Acceleration => {
                     acceleration::batch(self.engines.accelerator.as_deref())
+                }
+                SystemTable::MaintenancePolicy => {
+                    maintenance::policy_batch(&self.maintainer.policies().await?)
                 }
             };
             out.push((name.clone(), batch));
