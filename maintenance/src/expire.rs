@@ -26,8 +26,14 @@ pub struct Expired {
     pub bytes_deleted: u64,
 }
 
-/// The snapshots of `table` that expiry would remove, oldest first.
-pub fn expirable(table: &Table, keep: usize, min_age: std::time::Duration) -> Vec<SnapshotRef> {
+/// The snapshots of `table` that expiry would remove, oldest first (never one in `reading`:
+/// a query is still reading it, see [`crate::readers`]).
+pub fn expirable(
+    table: &Table,
+    keep: usize,
+    min_age: std::time::Duration,
+    reading: &HashSet<i64>,
+) -> Vec<SnapshotRef> {
     let metadata = table.metadata();
     let props = metadata.properties();
     let keep = props
@@ -59,6 +65,7 @@ pub fn expirable(table: &Table, keep: usize, min_age: std::time::Duration) -> Ve
             *i >= keep
                 && now - s.timestamp_ms() > min_age_ms
                 && !referenced.contains(&s.snapshot_id())
+                && !reading.contains(&s.snapshot_id())
         })
         .map(|(_, s)| (*s).clone())
         .rev()
@@ -75,12 +82,14 @@ pub async fn run(
     ident: &TableIdent,
     keep: usize,
     min_age: std::time::Duration,
+    reading: &(dyn Fn() -> HashSet<i64> + Sync),
 ) -> Result<Expired> {
     let mut attempt = 0;
     let (before, after, expired) = loop {
         attempt += 1;
         let table = committer.load(ident).await?;
-        let expired = expirable(&table, keep, min_age);
+        // The readers as of now: a statement that started since the cycle was planned counts.
+        let expired = expirable(&table, keep, min_age, &reading());
         if expired.is_empty() {
             return Ok(Expired {
                 remaining: table.metadata().snapshots().len(),

@@ -18,6 +18,7 @@ pub mod oplog;
 pub mod orphans;
 pub mod plan;
 pub mod policy;
+pub mod readers;
 pub mod snapshot;
 pub mod telemetry;
 

@@ -72,6 +72,8 @@ pub struct Maintainer {
     log: Arc<OperationLog>,
     cache: ManifestCache,
     state: Mutex<HashMap<String, TableState>>,
+    /// Snapshots queries are reading now (expiry keeps them).
+    readers: Arc<crate::readers::Readers>,
     /// One cycle at a time (so never two operations on one table).
     cycle: tokio::sync::Mutex<()>,
     counters: OpCounters,
@@ -134,6 +136,7 @@ impl Maintainer {
             log: Arc::new(log),
             cache: ManifestCache::default(),
             state: Mutex::new(state),
+            readers: Arc::default(),
             cycle: tokio::sync::Mutex::new(()),
             counters: OpCounters::default(),
             last_health: Mutex::new((None, Vec::new())),
@@ -215,6 +218,7 @@ impl Maintainer {
             &table,
             policy.config.keep_snapshots,
             policy.config.snapshot_min_age,
+            &self.readers.of(&key),
         )
         .len();
         let health = health::assess(
@@ -419,6 +423,11 @@ impl Maintainer {
         let ident = TableIdent::new(namespace_ident(namespace), name.to_string());
         let table = self.committer.load(&ident).await?;
         Ok(self.policy_of(&table_key(namespace, name), &table))
+    }
+
+    /// The snapshots queries are reading now: the query path holds them, expiry keeps them.
+    pub fn readers(&self) -> &Arc<crate::readers::Readers> {
+        &self.readers
     }
 
     /// Every table's effective policy (tables that fail to load are skipped and logged).

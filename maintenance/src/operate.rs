@@ -130,12 +130,14 @@ impl Maintainer {
 
     async fn expire(&self, ident: &TableIdent, a: &Assessment) -> Result<Outcome> {
         let config = &a.policy.config;
+        let key = &a.health.table;
         let e = crate::expire::run(
             self.committer(),
             self.manifests(),
             ident,
             config.keep_snapshots,
             config.snapshot_min_age,
+            &|| self.readers().of(key),
         )
         .await?;
         Ok(Outcome {

@@ -396,3 +396,62 @@ max_manifests = 100
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
+
+
+def test_expiry_keeps_a_snapshot_an_open_cursor_reads(tmp_path):
+    """A cursor (or any long read) holds its snapshot: the loop, told to keep one snapshot with no
+    minimum age, expires every other old snapshot around it, keeps that one while the cursor is
+    open — its rows all arrive — and expires it once the cursor is closed."""
+    wh.build(str(tmp_path), order_commits=4)
+    cfg = config(tmp_path, extra="")
+    text = cfg.read_text().replace('keep_snapshots = 3', 'keep_snapshots = 1').replace(
+        'snapshot_min_age = "1s"', 'snapshot_min_age = "0s"')
+    # No result cache: the cursor's rows come from the engine as it reads the files.
+    cfg.write_text(text.replace("[maintenance]", '[maintenance]\ninterval = "1s"\nmin_commits = 1')
+                   + "[cache]\nenabled = false\n")
+    cat = wh.catalog(str(tmp_path))
+
+    def snapshots() -> set[int]:
+        return {s.snapshot_id for s in cat.load_table("public.orders").snapshots()}
+
+    def expiries() -> int:
+        return len([o for o in operations(tmp_path) if o["kind"] == "expire_snapshots"
+                    and o["table"] == "public.orders" and o["result"] == "ok"]) \
+            if (tmp_path / "ops.jsonl").exists() else 0
+
+    def wait(condition, what: str, seconds: float = 90):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if condition():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    gw = start_gateway([*wh.flags(str(tmp_path)), "--config", str(cfg), "--maintenance"])
+    try:
+        wait(lambda: expiries() >= 1, "the first cycle")
+        time.sleep(1.5)  # its compactions are committed
+        held = cat.load_table("public.orders").current_snapshot().snapshot_id
+        older = snapshots() - {held}
+        assert older, "the first cycle's compactions left snapshots behind the current one"
+        expected = len(cat.load_table("public.orders").scan().to_arrow())
+        with psycopg.connect(gw.dsn) as conn:
+            conn.execute("DECLARE c CURSOR FOR SELECT order_id FROM orders")
+            first = conn.execute("FETCH 10 FROM c").fetchall()
+            before = expiries()
+            for i in range(3):
+                wh.append_orders(cat, 10_000 + i * 10, 10)
+            # The next expiry removes every snapshot but the current one — and the cursor's.
+            wait(lambda: expiries() > before, "an expiry after the writer's commits")
+            now = snapshots()
+            assert held in now, "the snapshot the open cursor reads is kept"
+            assert not (older & now), "the snapshots nobody reads are expired"
+            rest = conn.execute("FETCH ALL FROM c").fetchall()
+            assert len(first) + len(rest) == expected
+            conn.execute("CLOSE c")
+            conn.rollback()
+        wh.append_orders(cat, 20_000, 10)
+        wait(lambda: held not in snapshots(), "the released snapshot to be expired")
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

@@ -46,6 +46,18 @@ impl GatewayService {
             }
         };
         let queued = slot.as_ref().map_or(Duration::ZERO, Slot::waited);
+        // Its snapshots stay unexpired until its last row (see lakegate_maintenance::readers).
+        let mut reading = Some(
+            self.maintainer.readers().hold(
+                plan.resolved
+                    .pins
+                    .iter()
+                    .filter_map(|((schema, table), t)| {
+                        t.snapshot_id.map(|id| (format!("{schema}.{table}"), id))
+                    })
+                    .collect(),
+            ),
+        );
         let (shape, bytes) = (plan.profile.shape, plan.scan_bytes());
         let routed = plan.route == Route::Routed;
         let count = plan.engines.len();
@@ -125,6 +137,7 @@ impl GatewayService {
                         started,
                         learn,
                         _slot: slot.take(),
+                        _reading: reading.take(),
                     };
                     return Ok(Ran {
                         stream: tracked(stream, held),
@@ -304,6 +317,8 @@ struct Held {
     /// Report the latency (not for a statement that also set the engine up).
     learn: bool,
     _slot: Option<Slot>,
+    /// The snapshots it reads, kept from expiry.
+    _reading: Option<lakegate_maintenance::readers::ReadGuard>,
 }
 
 /// Reports the query's latency (to the last batch) or engine failure to the router, and holds
