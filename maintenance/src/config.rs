@@ -52,6 +52,10 @@ pub struct MaintenanceConfig {
     /// ... and every snapshot younger than this.
     #[serde(with = "humantime_serde")]
     pub snapshot_min_age: Duration,
+    /// A consumer (a ref `consumer.<name>`) further behind the current snapshot than this no
+    /// longer keeps the snapshots after its position from expiry (zero: consumers always do).
+    #[serde(with = "humantime_serde")]
+    pub max_consumer_lag: Duration,
     /// Orphan removal only deletes unreferenced files older than this (a writer's file in
     /// flight must never be deleted: keep this far above the longest write-to-commit gap).
     #[serde(with = "humantime_serde")]
@@ -95,6 +99,7 @@ impl Default for MaintenanceConfig {
             max_group_bytes: 1024 * MIB,
             keep_snapshots: 10,
             snapshot_min_age: Duration::from_secs(600),
+            max_consumer_lag: Duration::ZERO,
             orphan_min_age: Duration::from_secs(3 * 24 * 3600),
             max_manifests: 16,
             target_manifest_size: 8 * MIB,

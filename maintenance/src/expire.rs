@@ -26,13 +26,72 @@ pub struct Expired {
     pub bytes_deleted: u64,
 }
 
-/// The snapshots of `table` that expiry would remove, oldest first (never one in `reading`:
-/// a query is still reading it, see [`crate::readers`]).
+/// Refs named `consumer.<name>` (tags or branches) are consumers' positions: a reader of the
+/// table's changes moves its ref forward as it consumes them.
+pub const CONSUMER_PREFIX: &str = "consumer.";
+
+/// A consumer's position in a table's history.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Consumer {
+    /// Its name (the ref without [`CONSUMER_PREFIX`]).
+    pub name: String,
+    /// The snapshot it has reached.
+    pub snapshot_id: i64,
+    /// How far behind the current snapshot it is (commit time of the current minus its).
+    pub lag_s: f64,
+    /// Snapshots committed after its position.
+    pub commits_behind: usize,
+    /// Whether it holds the snapshots after its position from expiry (within
+    /// `max_consumer_lag`, or no limit set).
+    pub holds: bool,
+}
+
+/// The consumers of `table`, each with its lag; `max_lag`: consumers further behind no longer
+/// hold the snapshots after their position (zero: no limit).
+pub fn consumers(table: &Table, max_lag: std::time::Duration) -> Vec<Consumer> {
+    let metadata = table.metadata();
+    let Some(current) = metadata.current_snapshot() else {
+        return Vec::new();
+    };
+    let Ok(json) = serde_json::to_value(metadata) else {
+        return Vec::new();
+    };
+    let Some(refs) = json["refs"].as_object() else {
+        return Vec::new();
+    };
+    let mut out: Vec<Consumer> = refs
+        .iter()
+        .filter_map(|(name, r)| {
+            let name = name.strip_prefix(CONSUMER_PREFIX)?;
+            let id = r["snapshot-id"].as_i64()?;
+            let at = metadata.snapshot_by_id(id)?.timestamp_ms();
+            let lag_ms = (current.timestamp_ms() - at).max(0);
+            Some(Consumer {
+                name: name.to_string(),
+                snapshot_id: id,
+                lag_s: lag_ms as f64 / 1000.0,
+                commits_behind: metadata
+                    .snapshots()
+                    .filter(|s| s.timestamp_ms() > at)
+                    .count(),
+                holds: max_lag.is_zero() || lag_ms <= max_lag.as_millis() as i64,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.lag_s.total_cmp(&a.lag_s));
+    out
+}
+
+/// The snapshots of `table` that expiry would remove, oldest first. Never the newest `keep`,
+/// those younger than `min_age`, one a branch or tag points at, one a query is still reading
+/// (`reading`, see [`crate::readers`]), or one a consumer still has to read (every snapshot
+/// from the slowest holding consumer's position on; `max_consumer_lag`, see [`consumers`]).
 pub fn expirable(
     table: &Table,
     keep: usize,
     min_age: std::time::Duration,
     reading: &HashSet<i64>,
+    max_consumer_lag: std::time::Duration,
 ) -> Vec<SnapshotRef> {
     let metadata = table.metadata();
     let props = metadata.properties();
@@ -57,6 +116,14 @@ pub fn expirable(
     {
         referenced.extend(refs.values().filter_map(|r| r["snapshot-id"].as_i64()));
     }
+    // The slowest consumer still holding: everything it has not read yet stays.
+    let consumed_from = consumers(table, max_consumer_lag)
+        .iter()
+        .filter(|c| c.holds)
+        .filter_map(|c| metadata.snapshot_by_id(c.snapshot_id))
+        .map(|s| s.timestamp_ms())
+        .min()
+        .unwrap_or(i64::MAX);
     let mut all: Vec<&SnapshotRef> = metadata.snapshots().collect();
     all.sort_by_key(|s| std::cmp::Reverse(s.timestamp_ms()));
     all.iter()
@@ -66,6 +133,7 @@ pub fn expirable(
                 && now - s.timestamp_ms() > min_age_ms
                 && !referenced.contains(&s.snapshot_id())
                 && !reading.contains(&s.snapshot_id())
+                && s.timestamp_ms() < consumed_from
         })
         .map(|(_, s)| (*s).clone())
         .rev()
@@ -83,13 +151,14 @@ pub async fn run(
     keep: usize,
     min_age: std::time::Duration,
     reading: &(dyn Fn() -> HashSet<i64> + Sync),
+    max_consumer_lag: std::time::Duration,
 ) -> Result<Expired> {
     let mut attempt = 0;
     let (before, after, expired) = loop {
         attempt += 1;
         let table = committer.load(ident).await?;
         // The readers as of now: a statement that started since the cycle was planned counts.
-        let expired = expirable(&table, keep, min_age, &reading());
+        let expired = expirable(&table, keep, min_age, &reading(), max_consumer_lag);
         if expired.is_empty() {
             return Ok(Expired {
                 remaining: table.metadata().snapshots().len(),

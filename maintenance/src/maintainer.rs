@@ -219,6 +219,7 @@ impl Maintainer {
             policy.config.keep_snapshots,
             policy.config.snapshot_min_age,
             &self.readers.of(&key),
+            policy.config.max_consumer_lag,
         )
         .len();
         let health = health::assess(
@@ -233,6 +234,20 @@ impl Maintainer {
             },
             &policy.config,
         );
+        let mut health = health;
+        for c in crate::expire::consumers(&table, policy.config.max_consumer_lag) {
+            if c.holds && c.commits_behind > policy.config.keep_snapshots {
+                health.reasons.push(format!(
+                    "consumer {} is {:.0} s behind: {} snapshots kept for it",
+                    c.name, c.lag_s, c.commits_behind
+                ));
+            } else if !c.holds {
+                health.reasons.push(format!(
+                    "consumer {} stalled {:.0} s behind (past max_consumer_lag): not waited for",
+                    c.name, c.lag_s
+                ));
+            }
+        }
         self.sample(&health);
         Ok(Assessment {
             health,
@@ -440,6 +455,27 @@ impl Maintainer {
             match self.policy(&ns, &t).await {
                 Ok(p) => out.push((table_key(&ns, &t), p)),
                 Err(e) => tracing::warn!(table = %table_key(&ns, &t), error = %e, "no policy"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every table's consumers (refs `consumer.<name>`) with their lag and whether they hold
+    /// expiry back.
+    ///
+    /// # Errors
+    /// Catalog errors listing tables.
+    pub async fn consumers(&self) -> Result<Vec<(String, crate::expire::Consumer)>> {
+        let mut out = Vec::new();
+        for (ns, t) in self.tables().await? {
+            let ident = TableIdent::new(namespace_ident(&ns), t.clone());
+            let Ok(table) = self.committer.load(&ident).await else {
+                continue;
+            };
+            let key = table_key(&ns, &t);
+            let policy = self.policy_of(&key, &table);
+            for c in crate::expire::consumers(&table, policy.config.max_consumer_lag) {
+                out.push((key.clone(), c));
             }
         }
         Ok(out)

@@ -138,6 +138,7 @@ impl Maintainer {
             config.keep_snapshots,
             config.snapshot_min_age,
             &|| self.readers().of(key),
+            config.max_consumer_lag,
         )
         .await?;
         Ok(Outcome {

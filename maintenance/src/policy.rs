@@ -57,6 +57,8 @@ pub enum Key {
     KeepSnapshots,
     /// `snapshot_min_age`.
     SnapshotMinAge,
+    /// `max_consumer_lag`.
+    MaxConsumerLag,
     /// `orphan_min_age`.
     OrphanMinAge,
     /// `max_manifests`.
@@ -66,7 +68,7 @@ pub enum Key {
 }
 
 /// Every key, in the order they are shown.
-pub const KEYS: [Key; 13] = [
+pub const KEYS: [Key; 14] = [
     Key::Enabled,
     Key::TargetFileSize,
     Key::SmallFileRatio,
@@ -77,6 +79,7 @@ pub const KEYS: [Key; 13] = [
     Key::MaxGroupBytes,
     Key::KeepSnapshots,
     Key::SnapshotMinAge,
+    Key::MaxConsumerLag,
     Key::OrphanMinAge,
     Key::MaxManifests,
     Key::TargetManifestSize,
@@ -110,6 +113,7 @@ impl Key {
             Self::MaxGroupBytes => "max_group_bytes",
             Self::KeepSnapshots => "keep_snapshots",
             Self::SnapshotMinAge => "snapshot_min_age",
+            Self::MaxConsumerLag => "max_consumer_lag",
             Self::OrphanMinAge => "orphan_min_age",
             Self::MaxManifests => "max_manifests",
             Self::TargetManifestSize => "target_manifest_size",
@@ -135,6 +139,7 @@ impl Key {
             Self::MaxGroupBytes => c.max_group_bytes.to_string(),
             Self::KeepSnapshots => c.keep_snapshots.to_string(),
             Self::SnapshotMinAge => show(c.snapshot_min_age),
+            Self::MaxConsumerLag => show(c.max_consumer_lag),
             Self::OrphanMinAge => show(c.orphan_min_age),
             Self::MaxManifests => c.max_manifests.to_string(),
             Self::TargetManifestSize => c.target_manifest_size.to_string(),
@@ -161,6 +166,7 @@ impl Key {
             Self::MaxGroupBytes => c.max_group_bytes = number(text)?,
             Self::KeepSnapshots => c.keep_snapshots = number(text)?,
             Self::SnapshotMinAge => c.snapshot_min_age = duration(text)?,
+            Self::MaxConsumerLag => c.max_consumer_lag = duration(text)?,
             Self::OrphanMinAge => c.orphan_min_age = duration(text)?,
             Self::MaxManifests => c.max_manifests = number(text)?,
             Self::TargetManifestSize => c.target_manifest_size = number(text)?,

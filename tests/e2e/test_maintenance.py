@@ -455,3 +455,62 @@ def test_expiry_keeps_a_snapshot_an_open_cursor_reads(tmp_path):
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
+
+
+def test_a_consumer_tag_holds_what_it_has_not_read(tmp_path):
+    """A consumer is a ref `consumer.<name>` it moves as it reads the table's changes: expiry keeps
+    every snapshot from its position on, lets go when it advances, and stops waiting for it once
+    it is further behind than `max_consumer_lag` (reported, not silently dropped)."""
+    wh.build(str(tmp_path), order_commits=6)
+    cfg = config(tmp_path, extra="""
+[[maintenance.policy]]
+match = "public.orders"
+keep_snapshots = 1
+snapshot_min_age = "0s"
+min_input_files = 100
+max_manifests = 100
+""")
+    flags = wh.flags(str(tmp_path))
+    cat = wh.catalog(str(tmp_path))
+
+    def history() -> list[int]:
+        t = cat.load_table("public.orders")
+        return [s.snapshot_id for s in sorted(t.snapshots(), key=lambda s: s.timestamp_ms)]
+
+    def move(tag: str, snapshot: int) -> None:
+        t = cat.load_table("public.orders")
+        ms = t.manage_snapshots()
+        if tag in t.metadata.refs:
+            ms = ms.remove_tag(tag)
+        ms.create_tag(snapshot, tag).commit()
+
+    s = history()
+    assert len(s) == 6
+    move("consumer.etl", s[2])
+    maintain(flags, cfg, "public.orders")
+    assert history() == s[2:], "the consumer's position and everything after it stay"
+    move("consumer.etl", s[5])
+    maintain(flags, cfg, "public.orders")
+    assert history() == [s[5]], "it advanced: what it read goes"
+
+    time.sleep(1.5)
+    for i in range(3):
+        wh.append_orders(cat, 50_000 + i * 10, 10)
+    with cat.load_table("public.orders").transaction() as tx:
+        tx.set_properties({"lakegate.maintenance.max_consumer_lag": "1s"})
+    newer = history()[1:]
+    gw = start_gateway([*flags, "--config", str(cfg)])
+    try:
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT consumer, snapshot_id, commits_behind, holds_expiry, lag_s "
+                               "FROM lakegate.consumers WHERE \"table\" = 'public.orders'").fetchone()
+            assert row[:4] == ("etl", s[5], 3, False), row
+            assert row[4] >= 1.0
+            reasons = conn.execute("SELECT reasons FROM lakegate.table_health "
+                                   "WHERE \"table\" = 'public.orders'").fetchone()[0]
+            assert "consumer etl stalled" in reasons, reasons
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)
+    maintain(flags, cfg, "public.orders")
+    assert history() == [s[5], newer[-1]], "past max_consumer_lag: only its tagged snapshot stays"

@@ -1,5 +1,6 @@
-//! `lakegate.table_health`, `lakegate.table_partitions`, `lakegate.operations` and
-//! `lakegate.maintenance_policy`: the maintenance loop's view of the estate as system tables.
+//! `lakegate.table_health`, `lakegate.table_partitions`, `lakegate.operations`,
+//! `lakegate.maintenance_policy` and `lakegate.consumers`: the maintenance loop's view of the
+//! estate as system tables.
 
 use std::sync::Arc;
 
@@ -129,6 +130,25 @@ pub fn policy_batch(policies: &[(String, lakegate_maintenance::policy::Policy)])
         ("key", text(r().map(|(_, e)| e.key.name()))),
         ("value", text(r().map(|(_, e)| e.value.as_str()))),
         ("source", text(r().map(|(_, e)| e.source.to_string()))),
+    ])
+}
+
+/// One row per (table, consumer): its position, lag and whether it holds expiry back.
+pub fn consumers_batch(rows: &[(String, lakegate_maintenance::expire::Consumer)]) -> RecordBatch {
+    let r = || rows.iter();
+    batch(vec![
+        ("table", text(r().map(|(t, _)| t.as_str()))),
+        ("consumer", text(r().map(|(_, c)| c.name.as_str()))),
+        ("snapshot_id", int(r().map(|(_, c)| c.snapshot_id))),
+        ("lag_s", float(r().map(|(_, c)| c.lag_s))),
+        (
+            "commits_behind",
+            int(r().map(|(_, c)| c.commits_behind as i64)),
+        ),
+        (
+            "holds_expiry",
+            Arc::new(BooleanArray::from_iter(r().map(|(_, c)| Some(c.holds)))),
+        ),
     ])
 }
 

@@ -45,11 +45,13 @@ pub enum SystemTable {
     Acceleration,
     /// `lakegate.maintenance_policy`.
     MaintenancePolicy,
+    /// `lakegate.consumers`.
+    Consumers,
 }
 
 impl SystemTable {
     /// Every table, in the order `lakegate` lists them.
-    pub const ALL: [SystemTable; 9] = [
+    pub const ALL: [SystemTable; 10] = [
         Self::CacheStats,
         Self::Queries,
         Self::Engines,
@@ -59,6 +61,7 @@ impl SystemTable {
         Self::Operations,
         Self::Acceleration,
         Self::MaintenancePolicy,
+        Self::Consumers,
     ];
 
     /// The table's name (without `lakegate.`).
@@ -73,6 +76,7 @@ impl SystemTable {
             Self::Operations => "operations",
             Self::Acceleration => "acceleration",
             Self::MaintenancePolicy => "maintenance_policy",
+            Self::Consumers => "consumers",
         }
     }
 
@@ -136,6 +140,9 @@ impl GatewayService {
                 }
                 SystemTable::MaintenancePolicy => {
                     maintenance::policy_batch(&self.maintainer.policies().await?)
+                }
+                SystemTable::Consumers => {
+                    maintenance::consumers_batch(&self.maintainer.consumers().await?)
                 }
             };
             out.push((name.clone(), batch));
