@@ -180,7 +180,18 @@ def test_connections_over_the_limit_are_refused_and_the_rest_keep_working(lake_d
         for _, conn in opened:
             assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] > 0
         opened.pop()[1].close()
-        with psycopg.connect(dsn_for("u2"), autocommit=True) as conn:
+        # The slot frees when the gateway sees the connection end (as a PostgreSQL backend
+        # exits after its client left): a moment after close() returns, not at once.
+        deadline = time.time() + 5
+        while True:
+            try:
+                conn = psycopg.connect(dsn_for("u2"), autocommit=True)
+                break
+            except psycopg.OperationalError as e:
+                if "too many clients" not in str(e) or time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+        with conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
         for _, conn in opened:
             conn.close()
