@@ -160,6 +160,29 @@ enum MaintenanceAction {
         #[command(flatten)]
         target: MaintenanceTarget,
     },
+    /// The operations a running gateway holds for approval (manual mode, `approve` kinds).
+    Pending {
+        /// The gateway's admin API (with users: http://user:password@host:port).
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+    },
+    /// Approve a held operation: it runs at the next cycle if the table has not moved on
+    /// (else it is planned again and waits for a new approval).
+    Approve {
+        /// The operation's number (`lakegate maintenance pending`).
+        id: u64,
+        /// The gateway's admin API (an admin, with users).
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+    },
+    /// Reject a held operation (it leaves the list).
+    Reject {
+        /// The operation's number.
+        id: u64,
+        /// The gateway's admin API.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        http: String,
+    },
     /// Run one maintenance cycle now over every table (or one), printing progress.
     Run {
         /// Run one cycle and exit (the only mode; `serve --maintenance` runs the loop).
@@ -358,6 +381,18 @@ async fn run() -> anyhow::Result<()> {
             let (target, run) = match action {
                 MaintenanceAction::Plan { target } => (target, false),
                 MaintenanceAction::Run { target, .. } => (target, true),
+                MaintenanceAction::Pending { http } => {
+                    print!("{}", admin::pending_operations(&http).await?);
+                    return Ok(());
+                }
+                MaintenanceAction::Approve { id, http } => {
+                    print!("{}", admin::decide_operation(&http, id, true).await?);
+                    return Ok(());
+                }
+                MaintenanceAction::Reject { id, http } => {
+                    print!("{}", admin::decide_operation(&http, id, false).await?);
+                    return Ok(());
+                }
                 MaintenanceAction::Policy { target } => {
                     let MaintenanceTarget {
                         table,

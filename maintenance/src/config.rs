@@ -75,6 +75,11 @@ pub struct MaintenanceConfig {
     pub log_path: String,
     /// Operations kept in memory (and shown by `lakegate.operations`).
     pub log_capacity: usize,
+    /// `autopilot` (operations run as tables need them) or `manual` (each waits for approval).
+    pub mode: crate::approvals::Mode,
+    /// Kinds of operation that always wait for approval, whatever the mode (say
+    /// `["expire_snapshots", "remove_orphans"]`: history is destroyed only when an operator says).
+    pub approve: Vec<crate::oplog::OperationKind>,
     /// `[[maintenance.policy]]`: per-table settings for the tables each rule matches (see
     /// [`crate::policy`]; table properties `lakegate.maintenance.*` override them).
     pub policy: Vec<crate::policy::PolicyRule>,
@@ -109,6 +114,8 @@ impl Default for MaintenanceConfig {
             log_path: String::new(),
             log_capacity: 10_000,
             policy: Vec::new(),
+            mode: crate::approvals::Mode::Autopilot,
+            approve: Vec::new(),
         }
     }
 }
@@ -186,6 +193,11 @@ impl MaintenanceConfig {
                 || *p == format!("{namespace}.{table}")
         };
         self.include.iter().any(matches) && !self.exclude.iter().any(matches)
+    }
+
+    /// Whether an operation of `kind` waits for an operator's approval on this table.
+    pub fn needs_approval(&self, kind: crate::oplog::OperationKind) -> bool {
+        self.mode == crate::approvals::Mode::Manual || self.approve.contains(&kind)
     }
 
     /// Files below this many bytes are small.

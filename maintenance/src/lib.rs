@@ -5,6 +5,7 @@
 //! commits ([`commit`]); `operate` runs one planned operation into a record and [`oplog`]
 //! keeps what happened. [`Maintainer`] ties them together.
 
+pub mod approvals;
 pub mod commit;
 pub mod compact;
 pub mod config;

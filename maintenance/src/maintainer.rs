@@ -74,6 +74,8 @@ pub struct Maintainer {
     state: Mutex<HashMap<String, TableState>>,
     /// Snapshots queries are reading now (expiry keeps them).
     readers: Arc<crate::readers::Readers>,
+    /// Operations held for an operator (manual mode, `approve` kinds).
+    approvals: crate::approvals::Approvals,
     /// One cycle at a time (so never two operations on one table).
     cycle: tokio::sync::Mutex<()>,
     counters: OpCounters,
@@ -137,6 +139,7 @@ impl Maintainer {
             cache: ManifestCache::default(),
             state: Mutex::new(state),
             readers: Arc::default(),
+            approvals: crate::approvals::Approvals::default(),
             cycle: tokio::sync::Mutex::new(()),
             counters: OpCounters::default(),
             last_health: Mutex::new((None, Vec::new())),
@@ -440,6 +443,11 @@ impl Maintainer {
         Ok(self.policy_of(&table_key(namespace, name), &table))
     }
 
+    /// Operations held for an operator.
+    pub fn approvals(&self) -> &crate::approvals::Approvals {
+        &self.approvals
+    }
+
     /// The snapshots queries are reading now: the query path holds them, expiry keeps them.
     pub fn readers(&self) -> &Arc<crate::readers::Readers> {
         &self.readers
@@ -564,7 +572,11 @@ impl Maintainer {
             if record {
                 self.note_policy(&key, &policy);
             }
-            if !policy.enabled || !(force || self.due(&key, &table, &policy.config, false).0) {
+            // An approved operation is due at once (planned again against the table as it is).
+            let approved = self.approvals.has_approved(&key);
+            if !policy.enabled
+                || !(force || approved || self.due(&key, &table, &policy.config, false).0)
+            {
                 continue;
             }
             let a = match self.assess_loaded(key.clone(), table).await {
@@ -574,7 +586,7 @@ impl Maintainer {
                     continue;
                 }
             };
-            let (due, orphans) = self.due(&key, &a.table, &a.policy.config, force);
+            let (due, orphans) = self.due(&key, &a.table, &a.policy.config, force || approved);
             if due {
                 flags.push(orphans);
                 assessed.push(a);
@@ -635,6 +647,21 @@ impl Maintainer {
             let Some(a) = assessed.iter().find(|a| a.health.table == p.table) else {
                 continue;
             };
+            let mut p = p;
+            if a.policy.config.needs_approval(p.action.kind()) {
+                match self.gate(&p, a) {
+                    Some(by) => p.reason = format!("{} (approved by {by})", p.reason),
+                    None => {
+                        progress(&format!(
+                            "{} {}: waiting for approval ({})",
+                            p.action.kind(),
+                            p.table,
+                            p.reason
+                        ));
+                        continue;
+                    }
+                }
+            }
             progress(&format!("{} {}: {} …", p.action.kind(), p.table, p.reason));
             let record = self.execute(&p, a).await;
             progress(&format!(
@@ -674,6 +701,56 @@ impl Maintainer {
             }
         }
         Ok(done)
+    }
+
+    /// The approval gate of a planned operation that needs one: who approved it for the table as
+    /// it is (run it), or `None` (held; an approval for an older snapshot is recorded as
+    /// re-planned).
+    fn gate(&self, p: &Planned, a: &Assessment) -> Option<String> {
+        use crate::approvals::Gate;
+        let partition = match &p.action {
+            plan::Action::Compact { partition, .. } => partition.as_str(),
+            _ => "",
+        };
+        let snapshot = a
+            .table
+            .metadata()
+            .current_snapshot()
+            .map(|s| s.snapshot_id());
+        match self
+            .approvals
+            .gate(&p.table, p.action.kind(), partition, &p.reason, snapshot)
+        {
+            Gate::Run(by) => Some(by),
+            Gate::Wait => None,
+            Gate::Replanned { by, was } => {
+                let show = |s: Option<i64>| s.map_or("none".to_string(), |s| s.to_string());
+                self.log.push(OperationRecord {
+                    id: 0,
+                    started_us: chrono::Utc::now().timestamp_micros(),
+                    table: p.table.clone(),
+                    kind: p.action.kind(),
+                    partition: partition.to_string(),
+                    files_before: 0,
+                    files_after: 0,
+                    bytes_before: 0,
+                    bytes_after: 0,
+                    files_deleted: 0,
+                    millis: 0.0,
+                    result: OperationResult::Noop,
+                    snapshot_before: was,
+                    snapshot_after: None,
+                    reason: p.reason.clone(),
+                    detail: format!(
+                        "re-planned: approved by {by} for snapshot {}, the table is now at {}; \
+                         waiting for a new approval",
+                        show(was),
+                        show(snapshot)
+                    ),
+                });
+                None
+            }
+        }
     }
 
     /// Counts a finished operation for metrics.

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::approvals::Mode;
 use crate::config::MaintenanceConfig;
+use crate::oplog::OperationKind;
 
 /// Table properties that set a table's own policy: `lakegate.maintenance.<key>`.
 pub const PROPERTY_PREFIX: &str = "lakegate.maintenance.";
@@ -65,11 +67,17 @@ pub enum Key {
     MaxManifests,
     /// `target_manifest_size`.
     TargetManifestSize,
+    /// `mode`.
+    Mode,
+    /// `approve`.
+    Approve,
 }
 
 /// Every key, in the order they are shown.
-pub const KEYS: [Key; 14] = [
+pub const KEYS: [Key; 16] = [
     Key::Enabled,
+    Key::Mode,
+    Key::Approve,
     Key::TargetFileSize,
     Key::SmallFileRatio,
     Key::MinInputFiles,
@@ -95,6 +103,33 @@ fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
         .map_err(|_| format!("`{text}` is not a number"))
 }
 
+/// Kinds of operation: a JSON array (a config rule's list) or comma-separated names (a table
+/// property).
+fn kinds(text: &str) -> Result<Vec<OperationKind>, String> {
+    let names: Vec<String> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(text).map_err(|e| format!("`{text}`: {e}"))?
+    } else {
+        text.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    names
+        .iter()
+        .map(|n| {
+            serde_json::from_value::<OperationKind>(serde_json::Value::String(n.clone())).map_err(
+                |_| {
+                    format!(
+                        "`{n}` is not an operation (expire_snapshots, compact, remove_orphans, \
+                         rewrite_manifests)"
+                    )
+                },
+            )
+        })
+        .collect()
+}
+
 fn show(d: Duration) -> String {
     humantime_serde::re::humantime::format_duration(d).to_string()
 }
@@ -117,6 +152,8 @@ impl Key {
             Self::OrphanMinAge => "orphan_min_age",
             Self::MaxManifests => "max_manifests",
             Self::TargetManifestSize => "target_manifest_size",
+            Self::Mode => "mode",
+            Self::Approve => "approve",
         }
     }
 
@@ -143,6 +180,16 @@ impl Key {
             Self::OrphanMinAge => show(c.orphan_min_age),
             Self::MaxManifests => c.max_manifests.to_string(),
             Self::TargetManifestSize => c.target_manifest_size.to_string(),
+            Self::Mode => match c.mode {
+                Mode::Autopilot => "autopilot".into(),
+                Mode::Manual => "manual".into(),
+            },
+            Self::Approve => c
+                .approve
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(","),
         }
     }
 
@@ -170,6 +217,14 @@ impl Key {
             Self::OrphanMinAge => c.orphan_min_age = duration(text)?,
             Self::MaxManifests => c.max_manifests = number(text)?,
             Self::TargetManifestSize => c.target_manifest_size = number(text)?,
+            Self::Mode => {
+                c.mode = match text.trim() {
+                    "autopilot" => Mode::Autopilot,
+                    "manual" => Mode::Manual,
+                    other => return Err(format!("`{other}` is not autopilot or manual")),
+                }
+            }
+            Self::Approve => c.approve = kinds(text)?,
         }
         Ok(())
     }

@@ -47,7 +47,7 @@ try {
   await shot("table");
 
   const others = {};
-  for (const p of ["routing", "cache", "queries", "agents"]) {
+  for (const p of ["routing", "cache", "queries", "approvals"]) {
     await page.goto(`${base}/?refresh=${REFRESH}#/${p}`);
     await loaded(p);
     others[p] = (await page.innerText("#view")).length;

@@ -10,6 +10,7 @@ import random
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import psycopg
@@ -514,3 +515,75 @@ max_manifests = 100
         gw.proc.wait(timeout=15)
     maintain(flags, cfg, "public.orders")
     assert history() == [s[5], newer[-1]], "past max_consumer_lag: only its tagged snapshot stays"
+
+
+def test_manual_mode_holds_operations_until_approved_and_replans_a_stale_approval(tmp_path):
+    """`mode = "manual"` on one table: its operations wait (listed over HTTP, SQL and the CLI)
+    while the other tables run on autopilot; an approved operation runs at the next cycle; one
+    approved before a writer's commit is planned again and waits for a new approval."""
+    wh.build(str(tmp_path), order_commits=6)
+    cfg = config(tmp_path, extra="""
+[[maintenance.policy]]
+match = "public.orders"
+mode = "manual"
+keep_snapshots = 1
+snapshot_min_age = "0s"
+min_commits = 1
+""")
+    cfg.write_text(cfg.read_text().replace("[maintenance]", '[maintenance]\ninterval = "1s"'))
+    cat = wh.catalog(str(tmp_path))
+    gw = start_gateway([*wh.flags(str(tmp_path)), "--config", str(cfg), "--maintenance"])
+
+    def pending() -> list[dict]:
+        with urllib.request.urlopen(f"{gw.http}/api/pending_operations", timeout=10) as r:
+            return json.loads(r.read())["operations"]
+
+    def wait(condition, what: str, seconds: float = 60):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            found = condition()
+            if found:
+                return found
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def cli(*args: str) -> str:
+        out = subprocess.run([lakegate_bin(), "maintenance", *args, "--http", gw.http],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def expiry() -> dict | None:
+        return next((o for o in pending() if o["kind"] == "expire_snapshots"), None)
+
+    try:
+        held = wait(expiry, "the expiry of public.orders to be held")
+        snapshots = len(list(cat.load_table("public.orders").snapshots()))
+        assert snapshots == 6, "nothing ran on the manual table"
+        assert not [o for o in operations(tmp_path) if o["table"] == "public.orders"
+                    and o["kind"] != "policy_change"], "no operation of the manual table ran"
+        assert str(held["id"]) in cli("pending")
+        with psycopg.connect(gw.dsn, autocommit=True) as conn:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM lakegate.pending_operations WHERE \"table\" = 'public.orders'")]
+        assert held["id"] in ids
+
+        # Approved, then a writer commits before the next cycle: planned again, not executed.
+        wh.append_orders(cat, 90_000, 5)
+        assert "approved" in cli("approve", str(held["id"]))
+        replanned = wait(lambda: [o for o in operations(tmp_path) if "re-planned" in o["detail"]],
+                         "the stale approval to be re-planned")
+        assert replanned[0]["kind"] == "expire_snapshots" and "approved by local" in replanned[0]["detail"]
+        again = wait(lambda: (e := expiry()) and e["approved_by"] is None and e, "a new approval request")
+        assert len(list(cat.load_table("public.orders").snapshots())) == 7, "still nothing expired"
+
+        # Approved for the table as it is: runs at the next cycle.
+        cli("approve", str(again["id"]))
+        done = wait(lambda: [o for o in operations(tmp_path) if o["table"] == "public.orders"
+                             and o["kind"] == "expire_snapshots" and o["result"] == "ok"],
+                    "the approved expiry to run")
+        assert "approved by local" in done[0]["reason"]
+        assert len(list(cat.load_table("public.orders").snapshots())) == 1
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=15)

@@ -250,3 +250,53 @@ pub async fn decide(base: &str, id: u64, approve: bool) -> Result<String> {
         text(&d["decision"]["by"])
     ))
 }
+
+/// Maintenance operations held for approval.
+///
+/// # Errors
+/// When the admin API cannot be read.
+pub async fn pending_operations(base: &str) -> Result<String> {
+    let p = fetch(base, "/api/pending_operations").await?;
+    let mut out = format!(
+        "{:>5} {:<28} {:<18} {:<24} {:<10} why\n",
+        "id", "table", "operation", "partition", "approved"
+    );
+    for o in rows(&p, "operations") {
+        out += &format!(
+            "{:>5} {:<28} {:<18} {:<24} {:<10} {}\n",
+            text(&o["id"]),
+            text(&o["table"]),
+            text(&o["kind"]),
+            text(&o["partition"]),
+            o["approved_by"].as_str().unwrap_or("no"),
+            text(&o["reason"])
+        );
+    }
+    Ok(out)
+}
+
+/// Approves (or rejects) held maintenance operation `id`.
+///
+/// # Errors
+/// When the operation is not waiting, or the admin API refuses.
+pub async fn decide_operation(base: &str, id: u64, approve: bool) -> Result<String> {
+    let verb = if approve { "approve" } else { "reject" };
+    let d = call(
+        base,
+        &format!("/api/pending_operations/{id}/{verb}"),
+        reqwest::Method::POST,
+    )
+    .await?;
+    Ok(format!(
+        "{} {} of {}: {} by {}\n",
+        text(&d["operation"]["kind"]),
+        id,
+        text(&d["operation"]["table"]),
+        if approve {
+            "approved (runs at the next cycle)"
+        } else {
+            "rejected"
+        },
+        text(&d["by"])
+    ))
+}

@@ -16,6 +16,8 @@
 //! | `/api/operations` | the maintenance operations log, newest first |
 //! | `/api/pending` | agents' statements held for approval, and the last decisions |
 //! | `POST /api/pending/{id}/approve`, `/reject` | decide one (role `admin`) |
+//! | `/api/pending_operations` | maintenance operations held for approval (manual mode) |
+//! | `POST /api/pending_operations/{id}/approve`, `/reject` | decide one (role `admin`) |
 //! | `/mcp` | the MCP endpoint for agents ([`crate::frontend::mcp`]; its own authentication) |
 //! | `/` | the web console (reads the endpoints above) |
 //!
@@ -89,6 +91,14 @@ impl HttpServer {
             .route("/api/pending", get(approvals::pending))
             .route("/api/pending/{id}/approve", post(approvals::approve))
             .route("/api/pending/{id}/reject", post(approvals::reject))
+            .route(
+                "/api/pending_operations",
+                get(approvals::pending_operations),
+            )
+            .route(
+                "/api/pending_operations/{id}/{verb}",
+                post(approvals::decide_operation),
+            )
             .route_layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 require_operator,

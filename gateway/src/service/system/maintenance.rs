@@ -152,6 +152,28 @@ pub fn consumers_batch(rows: &[(String, lakegate_maintenance::expire::Consumer)]
     ])
 }
 
+/// One row per maintenance operation held for approval.
+pub fn pending_batch(ops: &[lakegate_maintenance::approvals::PendingOperation]) -> RecordBatch {
+    let r = || ops.iter();
+    batch(vec![
+        ("id", int(r().map(|o| o.id as i64))),
+        ("table", text(r().map(|o| o.table.as_str()))),
+        ("kind", text(r().map(|o| o.kind.name()))),
+        ("partition", text(r().map(|o| o.partition.as_str()))),
+        ("reason", text(r().map(|o| o.reason.as_str()))),
+        (
+            "snapshot_id",
+            Arc::new(Int64Array::from_iter(r().map(|o| o.snapshot_id))),
+        ),
+        (
+            "approved_by",
+            Arc::new(arrow::array::StringArray::from_iter(
+                r().map(|o| o.approved_by.as_deref()),
+            )),
+        ),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

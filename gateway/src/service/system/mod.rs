@@ -47,11 +47,13 @@ pub enum SystemTable {
     MaintenancePolicy,
     /// `lakegate.consumers`.
     Consumers,
+    /// `lakegate.pending_operations`.
+    PendingOperations,
 }
 
 impl SystemTable {
     /// Every table, in the order `lakegate` lists them.
-    pub const ALL: [SystemTable; 10] = [
+    pub const ALL: [SystemTable; 11] = [
         Self::CacheStats,
         Self::Queries,
         Self::Engines,
@@ -62,6 +64,7 @@ impl SystemTable {
         Self::Acceleration,
         Self::MaintenancePolicy,
         Self::Consumers,
+        Self::PendingOperations,
     ];
 
     /// The table's name (without `lakegate.`).
@@ -77,6 +80,7 @@ impl SystemTable {
             Self::Acceleration => "acceleration",
             Self::MaintenancePolicy => "maintenance_policy",
             Self::Consumers => "consumers",
+            Self::PendingOperations => "pending_operations",
         }
     }
 
@@ -140,6 +144,9 @@ impl GatewayService {
                 }
                 SystemTable::MaintenancePolicy => {
                     maintenance::policy_batch(&self.maintainer.policies().await?)
+                }
+                SystemTable::PendingOperations => {
+                    maintenance::pending_batch(&self.maintainer.approvals().list())
                 }
                 SystemTable::Consumers => {
                     maintenance::consumers_batch(&self.maintainer.consumers().await?)
