@@ -35,6 +35,25 @@ struct TableState {
     policy: Option<String>,
 }
 
+/// The loop's own service levels ([`Maintainer::slo`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Slo {
+    /// Tables the last cycle looked at.
+    pub tables: usize,
+    /// Of which under maintenance (included, and not turned off by a policy).
+    pub maintained: usize,
+    /// Failed (or conflicting) operations among those of the last 24 hours.
+    pub failure_ratio: f64,
+    /// Tables with planned operations the loop has not run yet (budgets, cycle time, approval).
+    pub backlog: usize,
+    /// How long the longest-waiting of them has waited (seconds).
+    pub oldest_wait_s: f64,
+    /// Operations run in the last hour.
+    pub operations_last_hour: usize,
+    /// Commits to the tables in the last hour (as last assessed).
+    pub commits_last_hour: u64,
+}
+
 /// Operation counters by (kind, result), for metrics.
 #[derive(Debug, Default)]
 pub struct OpCounters {
@@ -76,6 +95,8 @@ pub struct Maintainer {
     readers: Arc<crate::readers::Readers>,
     /// Operations held for an operator (manual mode, `approve` kinds).
     approvals: crate::approvals::Approvals,
+    /// (tables looked at, maintained) by the last cycle; tables waiting since (ms).
+    coverage: Mutex<(usize, usize, HashMap<String, i64>)>,
     /// One cycle at a time (so never two operations on one table).
     cycle: tokio::sync::Mutex<()>,
     counters: OpCounters,
@@ -140,6 +161,7 @@ impl Maintainer {
             state: Mutex::new(state),
             readers: Arc::default(),
             approvals: crate::approvals::Approvals::default(),
+            coverage: Mutex::new((0, 0, HashMap::new())),
             cycle: tokio::sync::Mutex::new(()),
             counters: OpCounters::default(),
             last_health: Mutex::new((None, Vec::new())),
@@ -552,9 +574,14 @@ impl Maintainer {
     ) -> Result<(Vec<Planned>, Vec<Assessment>)> {
         let mut assessed = Vec::new();
         let mut flags = Vec::new();
+        let (mut looked, mut maintained) = (0usize, 0usize);
         for (ns, t) in self.tables().await? {
             let key = table_key(&ns, &t);
-            if only.is_some_and(|o| o != key) || !self.config.allows(&ns, &t) {
+            if only.is_some_and(|o| o != key) {
+                continue;
+            }
+            looked += 1;
+            if !self.config.allows(&ns, &t) {
                 continue;
             }
             // Cadence first (one catalog load): only due tables are assessed (manifests,
@@ -574,6 +601,7 @@ impl Maintainer {
             }
             // An approved operation is due at once (planned again against the table as it is).
             let approved = self.approvals.has_approved(&key);
+            maintained += usize::from(policy.enabled);
             if !policy.enabled
                 || !(force || approved || self.due(&key, &table, &policy.config, false).0)
             {
@@ -613,6 +641,11 @@ impl Maintainer {
             &self.config,
             chrono::Utc::now().timestamp_millis(),
         );
+        if record && only.is_none() {
+            let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+            coverage.0 = looked;
+            coverage.1 = maintained;
+        }
         Ok((planned, assessed))
     }
 
@@ -629,6 +662,10 @@ impl Maintainer {
         let _one = self.cycle.lock().await;
         self.counters.cycles.fetch_add(1, Ordering::Relaxed);
         let (planned, assessed) = self.plan_cycle(force, only, true).await?;
+        // Tables with something planned, and those with an operation left waiting.
+        let wanted: std::collections::HashSet<String> =
+            planned.iter().map(|p| p.table.clone()).collect();
+        let mut held = std::collections::HashSet::new();
         let started = Instant::now();
         let mut done = Vec::new();
         let mut touched = std::collections::HashSet::new();
@@ -658,6 +695,7 @@ impl Maintainer {
                             p.table,
                             p.reason
                         ));
+                        held.insert(p.table.clone());
                         continue;
                     }
                 }
@@ -689,6 +727,22 @@ impl Maintainer {
             done.push(record);
         }
         let now = chrono::Utc::now().timestamp_millis();
+        {
+            let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+            let waiting = &mut coverage.2;
+            for t in &wanted {
+                if done
+                    .iter()
+                    .any(|r| &r.table == t && r.kind != OperationKind::PolicyChange)
+                    && !held.contains(t)
+                {
+                    waiting.remove(t);
+                } else {
+                    waiting.entry(t.clone()).or_insert(now);
+                }
+            }
+            waiting.retain(|t, _| wanted.contains(t));
+        }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         for a in &assessed {
             let s = state.entry(a.health.table.clone()).or_default();
@@ -750,6 +804,56 @@ impl Maintainer {
                 });
                 None
             }
+        }
+    }
+
+    /// The loop's own service levels: coverage, failures, backlog and activity.
+    pub fn slo(&self) -> Slo {
+        let now_us = chrono::Utc::now().timestamp_micros();
+        let ops: Vec<OperationRecord> = self
+            .log
+            .all()
+            .into_iter()
+            .filter(|o| o.kind != OperationKind::PolicyChange)
+            .collect();
+        let day: Vec<&OperationRecord> = ops
+            .iter()
+            .filter(|o| now_us - o.started_us <= 86_400_000_000)
+            .collect();
+        let failed = day
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.result,
+                    OperationResult::Failed | OperationResult::Conflict
+                )
+            })
+            .count();
+        let coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        let now_ms = now_us / 1000;
+        Slo {
+            tables: coverage.0,
+            maintained: coverage.1,
+            failure_ratio: if day.is_empty() {
+                0.0
+            } else {
+                failed as f64 / day.len() as f64
+            },
+            backlog: coverage.2.len(),
+            oldest_wait_s: coverage
+                .2
+                .values()
+                .map(|since| (now_ms - since) as f64 / 1000.0)
+                .fold(0.0, f64::max),
+            operations_last_hour: day
+                .iter()
+                .filter(|o| now_us - o.started_us <= 3_600_000_000)
+                .count(),
+            commits_last_hour: self
+                .last_health()
+                .iter()
+                .map(|h| h.commits_last_hour as u64)
+                .sum(),
         }
     }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import threading
 import time
@@ -563,6 +564,17 @@ min_commits = 1
         assert not [o for o in operations(tmp_path) if o["table"] == "public.orders"
                     and o["kind"] != "policy_change"], "no operation of the manual table ran"
         assert str(held["id"]) in cli("pending")
+        # The loop's own service levels count the held table as backlog.
+        with urllib.request.urlopen(f"{gw.http}/api/maintenance", timeout=10) as r:
+            slo = json.loads(r.read())
+        assert slo["tables"] == 4 and slo["maintained"] == 4, slo
+        assert slo["backlog"] >= 1 and slo["failure_ratio"] == 0.0, slo
+        with urllib.request.urlopen(f"{gw.http}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert re.search(r'lakegate_maintenance_slo\{stat="backlog"\} [1-9]', metrics), metrics[-2000:]
+        status = subprocess.run([lakegate_bin(), "status", "--http", gw.http], capture_output=True,
+                                text=True, timeout=60)
+        assert "maintenance: 4 of 4 tables maintained" in status.stdout, status.stdout
         with psycopg.connect(gw.dsn, autocommit=True) as conn:
             ids = [r[0] for r in conn.execute(
                 "SELECT id FROM lakegate.pending_operations WHERE \"table\" = 'public.orders'")]

@@ -120,6 +120,18 @@ pub async fn status(base: &str) -> Result<String> {
         text(&cache["bytes"])
     );
     out += &format!("tables seen: {}\n", rows(&tables, "tables").len());
+    let m = fetch(base, "/api/maintenance").await?;
+    out += &format!(
+        "maintenance: {} of {} tables maintained, failure ratio {:.2} (24 h), backlog {} \
+         (oldest {:.0} s), {} operations / {} commits last hour\n",
+        text(&m["maintained"]),
+        text(&m["tables"]),
+        m["failure_ratio"].as_f64().unwrap_or(0.0),
+        text(&m["backlog"]),
+        m["oldest_wait_s"].as_f64().unwrap_or(0.0),
+        text(&m["operations_last_hour"]),
+        text(&m["commits_last_hour"])
+    );
     Ok(out)
 }
 

@@ -49,6 +49,7 @@ pub struct Metrics {
     acceleration: GaugeVec,
     table: GaugeVec,
     maintenance: GaugeVec,
+    maintenance_slo: GaugeVec,
     telemetry: GaugeVec,
     auth_failures: prometheus::IntGauge,
     health: GaugeVec,
@@ -211,6 +212,16 @@ impl Metrics {
                 &["kind", "result", "stat"],
             )?,
         );
+        let maintenance_slo = register(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "lakegate_maintenance_slo",
+                    "The maintenance loop's service levels: tables, maintained, failure_ratio (24 h), backlog, oldest_wait_seconds, operations_last_hour, commits_last_hour",
+                ),
+                &["stat"],
+            )?,
+        );
         let telemetry = register(
             &r,
             GaugeVec::new(
@@ -241,6 +252,7 @@ impl Metrics {
         Ok(Self {
             auth_failures,
             maintenance,
+            maintenance_slo,
             telemetry,
             health,
             agent_queries,
@@ -407,6 +419,18 @@ impl Metrics {
             self.maintenance
                 .with_label_values(&[kind.name(), result.name(), "seconds"])
                 .set(*secs);
+        }
+        let slo = m.slo();
+        for (stat, value) in [
+            ("tables", slo.tables as f64),
+            ("maintained", slo.maintained as f64),
+            ("failure_ratio", slo.failure_ratio),
+            ("backlog", slo.backlog as f64),
+            ("oldest_wait_seconds", slo.oldest_wait_s),
+            ("operations_last_hour", slo.operations_last_hour as f64),
+            ("commits_last_hour", slo.commits_last_hour as f64),
+        ] {
+            self.maintenance_slo.with_label_values(&[stat]).set(value);
         }
         self.auth_failures.set(scrape.auth_failures as i64);
         let c = m.telemetry().counters();

@@ -74,6 +74,11 @@ pub(super) async fn table_health(State(s): State<AppState>) -> axum::response::R
     }
 }
 
+/// The maintenance loop's service levels.
+pub(super) async fn maintenance(State(s): State<AppState>) -> Json<Value> {
+    Json(json!(s.service.maintainer().slo()))
+}
+
 /// The maintenance operations log, newest first.
 pub(super) async fn operations(State(s): State<AppState>) -> Json<serde_json::Value> {
     let mut ops = s.service.maintainer().log().all();

@@ -14,6 +14,7 @@
 //! | `/api/table_health` | every table's health score, reasons and trend |
 //! | `/api/table/{ns.table}` | one table: freshness budget, partitions, operations |
 //! | `/api/operations` | the maintenance operations log, newest first |
+//! | `/api/maintenance` | the maintenance loop's service levels (coverage, failures, backlog) |
 //! | `/api/pending` | agents' statements held for approval, and the last decisions |
 //! | `POST /api/pending/{id}/approve`, `/reject` | decide one (role `admin`) |
 //! | `/api/pending_operations` | maintenance operations held for approval (manual mode) |
@@ -88,6 +89,7 @@ impl HttpServer {
             .route("/api/table/{name}", get(api::table_detail))
             .route("/api/table_health", get(api::table_health))
             .route("/api/operations", get(api::operations))
+            .route("/api/maintenance", get(api::maintenance))
             .route("/api/pending", get(approvals::pending))
             .route("/api/pending/{id}/approve", post(approvals::approve))
             .route("/api/pending/{id}/reject", post(approvals::reject))
