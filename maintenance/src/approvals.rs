@@ -149,6 +149,21 @@ impl Approvals {
         Ok(op.clone())
     }
 
+    /// Drops the operations of the tables a cycle just planned (`planned_tables`) that it did
+    /// not plan again (`still`: table, kind, partition): the table no longer needs them.
+    pub fn forget_unplanned(
+        &self,
+        planned_tables: &std::collections::HashSet<String>,
+        still: &[(String, OperationKind, String)],
+    ) {
+        self.lock().retain(|_, o| {
+            !planned_tables.contains(&o.table)
+                || still
+                    .iter()
+                    .any(|(t, k, p)| *t == o.table && *k == o.kind && *p == o.partition)
+        });
+    }
+
     /// The operations waiting (approved ones until their cycle runs them), oldest first.
     pub fn list(&self) -> Vec<PendingOperation> {
         self.lock().values().cloned().collect()
@@ -207,5 +222,15 @@ mod tests {
         a.decide(id, false, "ops").expect("waiting");
         assert!(a.list().is_empty());
         assert_eq!(a.decide(id, true, "ops"), Err(NotPending(id)));
+        // A table planned again without the operation: it is no longer needed.
+        assert_eq!(gate(Some(4)), Gate::Wait);
+        let tables = std::collections::HashSet::from(["s.t".to_string()]);
+        a.forget_unplanned(
+            &tables,
+            &[("s.t".into(), OperationKind::Compact, "day=1".into())],
+        );
+        assert_eq!(a.list().len(), 1, "still planned");
+        a.forget_unplanned(&tables, &[]);
+        assert!(a.list().is_empty(), "no longer planned");
     }
 }

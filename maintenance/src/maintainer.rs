@@ -666,6 +666,20 @@ impl Maintainer {
         let wanted: std::collections::HashSet<String> =
             planned.iter().map(|p| p.table.clone()).collect();
         let mut held = std::collections::HashSet::new();
+        // Held operations of the tables assessed now that this plan no longer has.
+        let assessed_tables: std::collections::HashSet<String> =
+            assessed.iter().map(|a| a.health.table.clone()).collect();
+        let still: Vec<(String, OperationKind, String)> = planned
+            .iter()
+            .map(|p| {
+                let partition = match &p.action {
+                    plan::Action::Compact { partition, .. } => partition.clone(),
+                    _ => String::new(),
+                };
+                (p.table.clone(), p.action.kind(), partition)
+            })
+            .collect();
+        self.approvals.forget_unplanned(&assessed_tables, &still);
         let started = Instant::now();
         let mut done = Vec::new();
         let mut touched = std::collections::HashSet::new();
