@@ -121,29 +121,40 @@ enum Command {
     },
 }
 
+/// A running gateway's admin API (with users: `http://user:password@host:port`, an admin to
+/// decide).
+#[derive(Args)]
+struct AdminApi {
+    /// The gateway's admin API.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    http: String,
+}
+
+/// One held item to decide, on a running gateway.
+#[derive(Args)]
+struct Held {
+    /// Its number (from `pending`).
+    id: u64,
+    #[command(flatten)]
+    api: AdminApi,
+}
+
 #[derive(Subcommand)]
 enum AgentsAction {
     /// The statements waiting for approval, and the last decisions.
     Pending {
-        /// The gateway's admin API (with users: http://user:password@host:port).
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        http: String,
+        #[command(flatten)]
+        api: AdminApi,
     },
     /// Approve a held statement: the agent's call runs it.
     Approve {
-        /// The statement's number (`lakegate agents pending`).
-        id: u64,
-        /// The gateway's admin API (with users: an admin as http://user:password@host:port).
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        http: String,
+        #[command(flatten)]
+        held: Held,
     },
     /// Reject a held statement: the agent's call is refused (42501).
     Reject {
-        /// The statement's number.
-        id: u64,
-        /// The gateway's admin API.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        http: String,
+        #[command(flatten)]
+        held: Held,
     },
 }
 
@@ -162,26 +173,19 @@ enum MaintenanceAction {
     },
     /// The operations a running gateway holds for approval (manual mode, `approve` kinds).
     Pending {
-        /// The gateway's admin API (with users: http://user:password@host:port).
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        http: String,
+        #[command(flatten)]
+        api: AdminApi,
     },
     /// Approve a held operation: it runs at the next cycle if the table has not moved on
     /// (else it is planned again and waits for a new approval).
     Approve {
-        /// The operation's number (`lakegate maintenance pending`).
-        id: u64,
-        /// The gateway's admin API (an admin, with users).
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        http: String,
+        #[command(flatten)]
+        held: Held,
     },
     /// Reject a held operation (it leaves the list).
     Reject {
-        /// The operation's number.
-        id: u64,
-        /// The gateway's admin API.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        http: String,
+        #[command(flatten)]
+        held: Held,
     },
     /// Run one maintenance cycle now over every table (or one), printing progress.
     Run {
@@ -357,9 +361,13 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::Agents { action } => {
             let out = match action {
-                AgentsAction::Pending { http } => admin::pending(&http).await?,
-                AgentsAction::Approve { id, http } => admin::decide(&http, id, true).await?,
-                AgentsAction::Reject { id, http } => admin::decide(&http, id, false).await?,
+                AgentsAction::Pending { api } => admin::pending(&api.http).await?,
+                AgentsAction::Approve { held } => {
+                    admin::decide(&held.api.http, held.id, true).await?
+                }
+                AgentsAction::Reject { held } => {
+                    admin::decide(&held.api.http, held.id, false).await?
+                }
             };
             print!("{out}");
             return Ok(());
@@ -381,16 +389,18 @@ async fn run() -> anyhow::Result<()> {
             let (target, run) = match action {
                 MaintenanceAction::Plan { target } => (target, false),
                 MaintenanceAction::Run { target, .. } => (target, true),
-                MaintenanceAction::Pending { http } => {
-                    print!("{}", admin::pending_operations(&http).await?);
+                MaintenanceAction::Pending { api } => {
+                    print!("{}", admin::pending_operations(&api.http).await?);
                     return Ok(());
                 }
-                MaintenanceAction::Approve { id, http } => {
-                    print!("{}", admin::decide_operation(&http, id, true).await?);
+                MaintenanceAction::Approve { held } => {
+                    let out = admin::decide_operation(&held.api.http, held.id, true).await?;
+                    print!("{out}");
                     return Ok(());
                 }
-                MaintenanceAction::Reject { id, http } => {
-                    print!("{}", admin::decide_operation(&http, id, false).await?);
+                MaintenanceAction::Reject { held } => {
+                    let out = admin::decide_operation(&held.api.http, held.id, false).await?;
+                    print!("{out}");
                     return Ok(());
                 }
                 MaintenanceAction::Policy { target } => {

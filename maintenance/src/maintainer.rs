@@ -532,24 +532,14 @@ impl Maintainer {
             }
         };
         tracing::info!(table = key, policy = %show(&summary), "maintenance policy changed");
-        self.log.push(OperationRecord {
-            id: 0,
-            started_us: chrono::Utc::now().timestamp_micros(),
-            table: key.to_string(),
-            kind: OperationKind::PolicyChange,
-            partition: String::new(),
-            files_before: 0,
-            files_after: 0,
-            bytes_before: 0,
-            bytes_after: 0,
-            files_deleted: 0,
-            millis: 0.0,
-            result: OperationResult::Ok,
-            snapshot_before: None,
-            snapshot_after: None,
-            reason: format!("was: {}", show(&before)),
-            detail: summary,
-        });
+        self.log.push(OperationRecord::decision(
+            key,
+            OperationKind::PolicyChange,
+            "",
+            OperationResult::Ok,
+            format!("was: {}", show(&before)),
+            summary,
+        ));
     }
 
     /// Plans a cycle: over every allowed table (`only`: one `ns.table`) that is due (`force`:
@@ -793,29 +783,21 @@ impl Maintainer {
             Gate::Wait => None,
             Gate::Replanned { by, was } => {
                 let show = |s: Option<i64>| s.map_or("none".to_string(), |s| s.to_string());
-                self.log.push(OperationRecord {
-                    id: 0,
-                    started_us: chrono::Utc::now().timestamp_micros(),
-                    table: p.table.clone(),
-                    kind: p.action.kind(),
-                    partition: partition.to_string(),
-                    files_before: 0,
-                    files_after: 0,
-                    bytes_before: 0,
-                    bytes_after: 0,
-                    files_deleted: 0,
-                    millis: 0.0,
-                    result: OperationResult::Noop,
-                    snapshot_before: was,
-                    snapshot_after: None,
-                    reason: p.reason.clone(),
-                    detail: format!(
+                let mut record = OperationRecord::decision(
+                    &p.table,
+                    p.action.kind(),
+                    partition,
+                    OperationResult::Noop,
+                    p.reason.clone(),
+                    format!(
                         "re-planned: approved by {by} for snapshot {}, the table is now at {}; \
                          waiting for a new approval",
                         show(was),
                         show(snapshot)
                     ),
-                });
+                );
+                record.snapshot_before = was;
+                self.log.push(record);
                 None
             }
         }

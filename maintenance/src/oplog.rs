@@ -112,6 +112,38 @@ pub struct OperationRecord {
     pub detail: String,
 }
 
+impl OperationRecord {
+    /// A record of something decided, not run (a policy change, a re-planned approval): no
+    /// files, no time, started now.
+    pub fn decision(
+        table: &str,
+        kind: OperationKind,
+        partition: &str,
+        result: OperationResult,
+        reason: String,
+        detail: String,
+    ) -> Self {
+        Self {
+            id: 0,
+            started_us: chrono::Utc::now().timestamp_micros(),
+            table: table.to_string(),
+            kind,
+            partition: partition.to_string(),
+            files_before: 0,
+            files_after: 0,
+            bytes_before: 0,
+            bytes_after: 0,
+            files_deleted: 0,
+            millis: 0.0,
+            result,
+            snapshot_before: None,
+            snapshot_after: None,
+            reason,
+            detail,
+        }
+    }
+}
+
 /// The log.
 pub struct OperationLog {
     capacity: usize,

@@ -243,18 +243,18 @@ pub async fn pending(base: &str) -> Result<String> {
     Ok(out)
 }
 
+/// `POST {list}/{id}/approve` (or `/reject`): the decision's JSON.
+async fn post_decision(base: &str, list: &str, id: u64, approve: bool) -> Result<Value> {
+    let verb = if approve { "approve" } else { "reject" };
+    call(base, &format!("{list}/{id}/{verb}"), reqwest::Method::POST).await
+}
+
 /// Approves (or rejects) held statement `id`.
 ///
 /// # Errors
 /// When the statement is not waiting, or the admin API refuses.
 pub async fn decide(base: &str, id: u64, approve: bool) -> Result<String> {
-    let verb = if approve { "approve" } else { "reject" };
-    let d = call(
-        base,
-        &format!("/api/pending/{id}/{verb}"),
-        reqwest::Method::POST,
-    )
-    .await?;
+    let d = post_decision(base, "/api/pending", id, approve).await?;
     Ok(format!(
         "statement {id} of {}: {} by {}\n",
         text(&d["user"]),
@@ -292,13 +292,7 @@ pub async fn pending_operations(base: &str) -> Result<String> {
 /// # Errors
 /// When the operation is not waiting, or the admin API refuses.
 pub async fn decide_operation(base: &str, id: u64, approve: bool) -> Result<String> {
-    let verb = if approve { "approve" } else { "reject" };
-    let d = call(
-        base,
-        &format!("/api/pending_operations/{id}/{verb}"),
-        reqwest::Method::POST,
-    )
-    .await?;
+    let d = post_decision(base, "/api/pending_operations", id, approve).await?;
     Ok(format!(
         "{} {} of {}: {} by {}\n",
         text(&d["operation"]["kind"]),
