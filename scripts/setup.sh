@@ -5,6 +5,7 @@
 #     Chromium (the console test) and Node.js/npm
 #   - a Python venv with PyIceberg (independent writer/reader) and the client drivers (newest
 #     releases), and a small one beside it with the drivers' older line
+#   - a venv with Flink's Python driver and Iceberg's Flink runtime jars (a real upsert writer)
 #   - the pgJDBC and HikariCP (newest and older line each) and Arrow Flight SQL JDBC jars from
 #     Maven Central
 #   - DuckDB itself (libduckdb.so, the official build, from npm's @duckdb/node-bindings-linux-x64:
@@ -61,6 +62,27 @@ if [ ! -x "$OLDER/bin/python" ] || ! cmp -s "$REQ_OLDER" "$OLDER/.requirements";
   "$VENV/bin/python" -c "$purelib" > "$("$OLDER/bin/python" -c "$purelib")/lakegate-main-venv.pth"
   cp "$REQ_OLDER" "$OLDER/.requirements"
 fi
+
+# Flink (a real upsert writer: equality deletes, tests/fixtures/flink_upsert.py): its Python
+# driver without the Python-UDF stack, and Iceberg's Flink runtime with the Hadoop client jars.
+FLINK_VENV="$CACHE/venv-flink"
+REQ_FLINK="tests/requirements-flink.txt"
+if [ ! -x "$FLINK_VENV/bin/python" ] || ! cmp -s "$REQ_FLINK" "$FLINK_VENV/.requirements"; then
+  echo "setup: python venv for Flink ($REQ_FLINK)"
+  rm -rf "$FLINK_VENV"
+  python3 -m venv "$FLINK_VENV"
+  "$FLINK_VENV/bin/pip" install -q --no-deps -r "$REQ_FLINK"
+  cp "$REQ_FLINK" "$FLINK_VENV/.requirements"
+fi
+for ARTIFACT in org.apache.iceberg:iceberg-flink-runtime-2.1:1.11.0 \
+    org.apache.hadoop:hadoop-client-api:3.4.2 org.apache.hadoop:hadoop-client-runtime:3.4.2; do
+  IFS=: read -r _group name version <<<"$ARTIFACT"
+  if [ ! -f "$CACHE/jars/flink/$name-$version.jar" ]; then
+    echo "setup: $name $version from Maven Central"
+    mkdir -p "$CACHE/jars/flink"
+    mvn -q dependency:copy -Dartifact="$ARTIFACT" -DoutputDirectory="$CACHE/jars/flink" >/dev/null
+  fi
+done
 
 JARS="$CACHE/jars"
 # pgJDBC: the newest release and the older line the tests also run.

@@ -55,6 +55,8 @@ pub struct Job {
     pub target_file_size: u64,
     /// Memory the sort may use before spilling.
     pub sort_memory: u64,
+    /// The branch to commit to (`None`: main); a layout experiment's.
+    pub branch: Option<String>,
 }
 
 /// What a compaction did.
@@ -294,6 +296,7 @@ async fn commit(
             .filter(|d| d.data_file.content_type() != DataContentType::Data)
             .map(|d| d.path().to_string())
             .collect(),
+        branch: job.branch.clone(),
     };
     commit_replace(committer, cache, &job.ident, &replace).await
 }

@@ -32,6 +32,10 @@ pub struct PartitionHealth {
     pub delete_files: usize,
     /// Rows those delete files delete (position deletes) or match on (equality deletes).
     pub delete_records: u64,
+    /// Of those, equality-delete files (an upsert stream's: Flink's sink in upsert mode).
+    pub equality_delete_files: usize,
+    /// Rows (keys) the equality-delete files match on.
+    pub equality_delete_records: u64,
     /// When a file was last added to it (ms since the epoch).
     pub last_write_ms: i64,
     /// Query heat (decayed reads selecting it).
@@ -61,6 +65,10 @@ pub struct TableHealth {
     pub delete_files: usize,
     /// Rows covered by delete files.
     pub delete_records: u64,
+    /// Of those, equality-delete files.
+    pub equality_delete_files: usize,
+    /// Rows (keys) the equality-delete files match on.
+    pub equality_delete_records: u64,
     /// Data manifests in the current snapshot.
     pub manifests: usize,
     /// Delete manifests in the current snapshot.
@@ -140,6 +148,8 @@ pub fn assess(
                 records: 0,
                 delete_files: 0,
                 delete_records: 0,
+                equality_delete_files: 0,
+                equality_delete_records: 0,
                 last_write_ms: 0,
                 heat: heat
                     .get(&(f.spec_id, f.partition.clone()))
@@ -158,6 +168,10 @@ pub fn assess(
         } else {
             p.delete_files += 1;
             p.delete_records += f.data_file.record_count();
+            if f.data_file.content_type() == DataContentType::EqualityDeletes {
+                p.equality_delete_files += 1;
+                p.equality_delete_records += f.data_file.record_count();
+            }
         }
         if let Some(ts) = snapshot_ts.get(&f.snapshot_id) {
             p.last_write_ms = p.last_write_ms.max(*ts);
@@ -185,6 +199,8 @@ pub fn assess(
     let small_files = sum(|p| p.small_files as u64) as usize;
     let delete_files = sum(|p| p.delete_files as u64) as usize;
     let delete_records = sum(|p| p.delete_records);
+    let equality_delete_files = sum(|p| p.equality_delete_files as u64) as usize;
+    let equality_delete_records = sum(|p| p.equality_delete_records);
     let records = sum(|p| p.records);
     let bytes = sum(|p| p.bytes);
     let (manifests, delete_manifests) = inventory
@@ -251,8 +267,14 @@ pub fn assess(
         let ratio = delete_records as f64 / records.max(1) as f64;
         let penalty = 20.0 * (ratio * 5.0).min(1.0) + (delete_files as f64 * 0.5).min(5.0);
         score -= penalty;
+        let equality = if equality_delete_files > 0 {
+            format!(" ({equality_delete_files} of them equality deletes)")
+        } else {
+            String::new()
+        };
         reasons.push(format!(
-            "-{penalty:.0}: {delete_files} delete files cover {delete_records} of {records} rows"
+            "-{penalty:.0}: {delete_files} delete files{equality} cover {delete_records} of \
+             {records} rows"
         ));
     }
     if manifests > config.max_manifests {
@@ -280,6 +302,8 @@ pub fn assess(
         records,
         delete_files,
         delete_records,
+        equality_delete_files,
+        equality_delete_records,
         manifests,
         delete_manifests,
         snapshots,

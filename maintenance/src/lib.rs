@@ -13,6 +13,7 @@ pub mod error;
 pub mod expire;
 pub mod health;
 pub mod inventory;
+pub mod layout;
 pub mod maintainer;
 mod operate;
 pub mod oplog;

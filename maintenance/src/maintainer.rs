@@ -199,7 +199,7 @@ impl Maintainer {
         &self.config
     }
 
-    fn heat_view(&self, key: &str) -> TableHeatView {
+    pub(crate) fn heat_view(&self, key: &str) -> TableHeatView {
         self.heat
             .lock()
             .unwrap_or_else(|p| p.into_inner())

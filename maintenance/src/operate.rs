@@ -16,8 +16,9 @@ use tracing::Instrument;
 use crate::compact::{self, Job};
 use crate::error::{Error, Result};
 use crate::inventory::LiveFile;
+use crate::layout::{self, Standing};
 use crate::maintainer::{Assessment, Maintainer};
-use crate::oplog::{OperationRecord, OperationResult};
+use crate::oplog::{OperationKind, OperationRecord, OperationResult};
 use crate::plan::{Action, Planned};
 use crate::snapshot::Replace;
 
@@ -192,27 +193,66 @@ impl Maintainer {
             .collect();
         let groups = split_groups(data, config.max_group_bytes);
         let single = groups.len() == 1;
+        let (spec_id, partition) = (work.spec_id, work.partition);
+        let job = |files: Vec<LiveFile>, sort: Vec<String>| Job {
+            ident: ident.clone(),
+            start: inv.snapshot.clone(),
+            spec_id,
+            partition: partition.to_string(),
+            files,
+            deletes: deletes.clone(),
+            whole_partition: work.whole_partition && single,
+            sort,
+            target_file_size: config.target_file_size,
+            sort_memory: config.sort_memory,
+            branch: None,
+        };
+        let sort = match layout::standing(&a.table, work.sort) {
+            Standing::Applied => work.sort.to_vec(),
+            Standing::Rejected(kept) => kept,
+            Standing::Untried => {
+                let hot = self.hot_predicates(&a.health.table);
+                let sample = groups.first().cloned().unwrap_or_default();
+                if hot.is_empty() || sample.is_empty() {
+                    work.sort.to_vec()
+                } else {
+                    let v = self
+                        .try_layout(&a.health.table, job(sample, work.sort.to_vec()), &hot)
+                        .await?;
+                    if v.fast_forwarded && single {
+                        o.files_after = v.compacted.files_out as u64;
+                        o.bytes_after = v.compacted.bytes_out;
+                        o.snapshot_after = Some(v.branch_snapshot);
+                        o.detail = format!(
+                            "{} rows, sorted by {} (proven on branch {}, main fast-forwarded)",
+                            v.compacted.rows,
+                            work.sort.join(", "),
+                            layout::BRANCH
+                        );
+                        return Ok(o);
+                    }
+                    if v.applied {
+                        work.sort.to_vec()
+                    } else {
+                        layout::applied(&a.table)
+                    }
+                }
+            }
+        };
         let mut details = Vec::new();
         for group in groups {
-            let job = Job {
-                ident: ident.clone(),
-                start: inv.snapshot.clone(),
-                spec_id: work.spec_id,
-                partition: work.partition.to_string(),
-                files: group,
-                deletes: deletes.clone(),
-                whole_partition: work.whole_partition && single,
-                sort: work.sort.to_vec(),
-                target_file_size: config.target_file_size,
-                sort_memory: config.sort_memory,
-            };
-            let c = compact::run(self.committer(), self.manifests(), &job).await?;
+            let c = compact::run(
+                self.committer(),
+                self.manifests(),
+                &job(group, sort.clone()),
+            )
+            .await?;
             o.files_after += c.files_out as u64;
             o.bytes_after += c.bytes_out;
             o.snapshot_after = Some(c.snapshot_id);
             let mut detail = format!("{} rows", c.rows);
-            if !work.sort.is_empty() {
-                detail.push_str(&format!(", sorted by {}", work.sort.join(", ")));
+            if !sort.is_empty() {
+                detail.push_str(&format!(", sorted by {}", sort.join(", ")));
             }
             if c.deletes_removed > 0 {
                 detail.push_str(&format!(", {} delete files dropped", c.deletes_removed));
@@ -227,6 +267,58 @@ impl Maintainer {
         }
         o.detail = details.join("; ");
         Ok(o)
+    }
+
+    /// The table's hottest predicates, for a layout experiment to replay.
+    fn hot_predicates(&self, key: &str) -> Vec<iceberg::expr::Predicate> {
+        self.heat_view(key)
+            .predicates
+            .into_iter()
+            .take(layout::MAX_QUERIES)
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    /// Runs a layout experiment for `sample` and logs it as its own operation.
+    async fn try_layout(
+        &self,
+        key: &str,
+        sample: Job,
+        hot: &[iceberg::expr::Predicate],
+    ) -> Result<layout::Verdict> {
+        let started = Instant::now();
+        let started_us = chrono::Utc::now().timestamp_micros();
+        let start = sample.start.snapshot_id();
+        let partition = sample.partition.clone();
+        let sort = sample.sort.join(", ");
+        let verdict = layout::experiment(self.committer(), self.manifests(), sample, hot).await;
+        let (result, detail) = match &verdict {
+            Ok(v) => (OperationResult::Ok, v.detail.clone()),
+            Err(Error::Conflict(e)) => (OperationResult::Conflict, e.clone()),
+            Err(e) => (OperationResult::Failed, e.to_string()),
+        };
+        let measured = verdict.as_ref().ok();
+        let mut r = OperationRecord::decision(
+            key,
+            OperationKind::LayoutExperiment,
+            &partition,
+            result,
+            format!("compaction would sort by {sort}: proven on a branch first"),
+            detail,
+        );
+        r.started_us = started_us;
+        r.millis = started.elapsed().as_secs_f64() * 1000.0;
+        r.snapshot_before = Some(start);
+        r.snapshot_after = measured.map(|v| v.branch_snapshot);
+        if let Some(v) = measured {
+            r.files_before = v.main.files as u64;
+            r.files_after = v.branch.files as u64;
+            r.bytes_before = v.main.bytes;
+            r.bytes_after = v.branch.bytes;
+        }
+        self.count(&r);
+        self.log().push(r);
+        verdict
     }
 
     async fn remove_orphans(&self, ident: &TableIdent, a: &Assessment) -> Result<Outcome> {

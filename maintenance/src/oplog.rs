@@ -22,6 +22,8 @@ pub enum OperationKind {
     RewriteManifests,
     /// A table's effective policy changed (a rule or a table property): recorded, not run.
     PolicyChange,
+    /// A new layout tried on a branch against main's, then applied or rejected.
+    LayoutExperiment,
 }
 
 impl OperationKind {
@@ -33,6 +35,7 @@ impl OperationKind {
             Self::RemoveOrphans => "remove_orphans",
             Self::RewriteManifests => "rewrite_manifests",
             Self::PolicyChange => "policy_change",
+            Self::LayoutExperiment => "layout_experiment",
         }
     }
 }

@@ -28,12 +28,18 @@ pub struct Replace {
     pub add_sequence: Option<i64>,
     /// Merge data manifests smaller than this many bytes (a manifest rewrite).
     pub merge_manifests_below: Option<u64>,
-    /// Fail if delete files appeared in these `(spec id, partition)` since the read, other
-    /// than `known_deletes`.
+    /// Fail if delete files that may delete rows of the removed files appeared in these
+    /// `(spec id, partition)` since the read, other than `known_deletes` (see
+    /// `may_delete_from`).
     pub guard_partitions: HashSet<(i32, String)>,
     /// The delete files of the guarded partitions at the read.
     pub known_deletes: HashSet<String>,
+    /// The branch to commit to (`None`: main); a layout experiment's.
+    pub branch: Option<String>,
 }
+
+/// The table's main branch.
+pub const MAIN: &str = "main";
 
 /// A produced snapshot, ready to commit.
 pub struct Produced {
@@ -47,6 +53,39 @@ pub struct Produced {
     pub written: Vec<String>,
     /// Data manifests in the new snapshot.
     pub data_manifests: usize,
+}
+
+/// Whether a delete file that appeared since the read may delete rows of the files `replace`
+/// removes. An equality delete committed later has a higher sequence number than the files
+/// added at the read's (`add_sequence`), so it still applies to them: not a conflict — this is
+/// what lets a partition an upsert stream keeps writing be compacted. A position delete is one
+/// unless it names (or its path bounds exclude) every removed file.
+fn may_delete_from(f: &DataFile, replace: &Replace) -> bool {
+    /// The `file_path` column of a position-delete file.
+    const FILE_PATH_FIELD: i32 = 2147483546;
+    match f.content_type() {
+        DataContentType::Data => false,
+        DataContentType::EqualityDeletes => replace.add_sequence.is_none(),
+        DataContentType::PositionDeletes => {
+            if let Some(path) = f.referenced_data_file() {
+                return replace.remove.contains(&path);
+            }
+            let bound = |b: &HashMap<i32, iceberg::spec::Datum>| match b
+                .get(&FILE_PATH_FIELD)
+                .map(|d| d.literal())
+            {
+                Some(iceberg::spec::PrimitiveLiteral::String(s)) => Some(s.clone()),
+                _ => None,
+            };
+            match (bound(f.lower_bounds()), bound(f.upper_bounds())) {
+                (Some(lo), Some(hi)) => replace
+                    .remove
+                    .iter()
+                    .any(|p| lo.as_str() <= p.as_str() && p.as_str() <= hi.as_str()),
+                _ => true,
+            }
+        }
+    }
 }
 
 /// A fresh snapshot id unused in `table`.
@@ -82,9 +121,10 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
             metadata.format_version()
         )));
     }
+    let branch = replace.branch.as_deref().unwrap_or(MAIN);
     let parent = metadata
-        .current_snapshot()
-        .ok_or_else(|| Error::Conflict("the table has no snapshot".into()))?
+        .snapshot_for_ref(branch)
+        .ok_or_else(|| Error::Conflict(format!("the table has no snapshot on {branch}")))?
         .clone();
     let snapshot_id = new_snapshot_id(table);
     let sequence = metadata.last_sequence_number() + 1;
@@ -128,6 +168,7 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
             if f.content_type() != DataContentType::Data
                 && !replace.guard_partitions.is_empty()
                 && !replace.known_deletes.contains(f.file_path())
+                && may_delete_from(f, replace)
                 && let Some(spec) = spec
             {
                 let label = partition_label(spec, f.partition());
@@ -324,7 +365,7 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
         updates: vec![
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
-                ref_name: "main".into(),
+                ref_name: branch.into(),
                 reference: SnapshotReference::new(
                     snapshot_id,
                     SnapshotRetention::branch(None, None, None),
@@ -336,7 +377,7 @@ pub async fn produce(table: &Table, replace: &Replace, cache: &ManifestCache) ->
                 uuid: metadata.uuid(),
             },
             TableRequirement::RefSnapshotIdMatch {
-                r#ref: "main".into(),
+                r#ref: branch.into(),
                 snapshot_id: Some(parent.snapshot_id()),
             },
         ],
@@ -361,5 +402,73 @@ fn count(t: &mut Totals, f: &DataFile) {
             t.delete_files += 1;
             t.equality_deletes += f.record_count();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{DataFileBuilder, DataFileFormat, Datum};
+
+    fn delete_file(content: DataContentType) -> DataFileBuilder {
+        let mut b = DataFileBuilder::default();
+        b.content(content)
+            .file_path("/w/t/region=r0/delete.parquet".into())
+            .file_format(DataFileFormat::Parquet)
+            .record_count(1)
+            .file_size_in_bytes(10)
+            .partition_spec_id(0);
+        b
+    }
+
+    fn replace(sequence: Option<i64>) -> Replace {
+        Replace {
+            remove: ["/w/t/region=r0/a.parquet".to_string()].into(),
+            add_sequence: sequence,
+            ..Replace::default()
+        }
+    }
+
+    #[test]
+    fn a_later_equality_delete_is_no_conflict_when_the_rewrite_keeps_the_read_sequence() {
+        let mut b = delete_file(DataContentType::EqualityDeletes);
+        let eq = b.equality_ids(Some(vec![1])).build().expect("file");
+        assert!(!may_delete_from(&eq, &replace(Some(7))));
+        assert!(may_delete_from(&eq, &replace(None)));
+    }
+
+    #[test]
+    fn a_later_position_delete_conflicts_only_when_it_may_name_a_removed_file() {
+        let unknown = delete_file(DataContentType::PositionDeletes)
+            .build()
+            .expect("file");
+        assert!(may_delete_from(&unknown, &replace(Some(7))));
+        let named = |path: &str| {
+            delete_file(DataContentType::PositionDeletes)
+                .referenced_data_file(Some(path.into()))
+                .build()
+                .expect("file")
+        };
+        assert!(may_delete_from(
+            &named("/w/t/region=r0/a.parquet"),
+            &replace(Some(7))
+        ));
+        assert!(!may_delete_from(
+            &named("/w/t/region=r0/new.parquet"),
+            &replace(Some(7))
+        ));
+        let bounded = |lo: &str, hi: &str| {
+            delete_file(DataContentType::PositionDeletes)
+                .lower_bounds([(2147483546, Datum::string(lo))].into())
+                .upper_bounds([(2147483546, Datum::string(hi))].into())
+                .build()
+                .expect("file")
+        };
+        let new = "/w/t/region=r0/n.parquet";
+        assert!(!may_delete_from(&bounded(new, new), &replace(Some(7))));
+        assert!(may_delete_from(
+            &bounded("/w/t/region=r0/0", "/w/t/region=r0/z"),
+            &replace(Some(7))
+        ));
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod estimate;
 pub(crate) mod files;
+mod jdbc_schema;
 pub mod object_cache;
 pub mod objects;
 mod sqlite_tokens;
@@ -250,6 +251,7 @@ impl Lake {
                     "QMark"
                 };
                 props.insert(SQL_CATALOG_PROP_BIND_STYLE.into(), style.into());
+                jdbc_schema::upgrade_v0(&config.uri).await?;
                 let catalog = SqlCatalogBuilder::default()
                     .with_storage_factory(factory)
                     .load(config.name.clone(), props)

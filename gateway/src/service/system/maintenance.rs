@@ -27,6 +27,14 @@ pub fn health_batch(tables: &[TableHealth]) -> RecordBatch {
         ("records", int(t().map(|h| h.records as i64))),
         ("delete_files", int(t().map(|h| h.delete_files as i64))),
         ("delete_records", int(t().map(|h| h.delete_records as i64))),
+        (
+            "equality_delete_files",
+            int(t().map(|h| h.equality_delete_files as i64)),
+        ),
+        (
+            "equality_delete_records",
+            int(t().map(|h| h.equality_delete_records as i64)),
+        ),
         ("manifests", int(t().map(|h| h.manifests as i64))),
         ("snapshots", int(t().map(|h| h.snapshots as i64))),
         ("snapshot_lag_s", float(t().map(|h| h.snapshot_lag_s))),
@@ -76,6 +84,10 @@ pub fn partitions_batch(tables: &[TableHealth]) -> RecordBatch {
         (
             "delete_records",
             int(r().map(|(_, p, _)| p.delete_records as i64)),
+        ),
+        (
+            "equality_delete_files",
+            int(r().map(|(_, p, _)| p.equality_delete_files as i64)),
         ),
         (
             "last_write",
