@@ -20,6 +20,8 @@ pub enum Mode {
     /// As the table needs them (the kinds in `approve` excepted).
     #[default]
     Autopilot,
+    /// Only what the policy allows: kinds, windows of time, a budget (`crate::autonomy`).
+    Policies,
     /// Every operation waits for approval.
     Manual,
 }

@@ -75,8 +75,15 @@ pub struct MaintenanceConfig {
     pub log_path: String,
     /// Operations kept in memory (and shown by `lakegate.operations`).
     pub log_capacity: usize,
-    /// `autopilot` (operations run as tables need them) or `manual` (each waits for approval).
+    /// `autopilot` (operations run as tables need them), `policies` (only what `allow`,
+    /// `windows` and `max_operations_per_hour` permit) or `manual` (each waits for approval).
     pub mode: crate::approvals::Mode,
+    /// `policies` mode: the kinds of operation that may run (empty: every kind).
+    pub allow: Vec<crate::oplog::OperationKind>,
+    /// `policies` mode: daily windows, UTC, when operations may run (empty: any time).
+    pub windows: Vec<crate::autonomy::Window>,
+    /// `policies` mode: at most this many operations per table in any hour.
+    pub max_operations_per_hour: Option<u32>,
     /// Kinds of operation that always wait for approval, whatever the mode (say
     /// `["expire_snapshots", "remove_orphans"]`: history is destroyed only when an operator says).
     pub approve: Vec<crate::oplog::OperationKind>,
@@ -115,6 +122,9 @@ impl Default for MaintenanceConfig {
             log_capacity: 10_000,
             policy: Vec::new(),
             mode: crate::approvals::Mode::Autopilot,
+            allow: Vec::new(),
+            windows: Vec::new(),
+            max_operations_per_hour: None,
             approve: Vec::new(),
         }
     }

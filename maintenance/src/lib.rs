@@ -6,6 +6,7 @@
 //! keeps what happened. [`Maintainer`] ties them together.
 
 pub mod approvals;
+pub mod autonomy;
 pub mod commit;
 pub mod compact;
 pub mod config;

@@ -704,6 +704,22 @@ impl Maintainer {
                     }
                 }
             }
+            if a.policy.config.mode == crate::approvals::Mode::Policies
+                && let Some(why) = crate::autonomy::deferred(
+                    &a.policy.config,
+                    p.action.kind(),
+                    chrono::Utc::now(),
+                    self.ran_last_hour(&p.table),
+                )
+            {
+                progress(&format!(
+                    "{} {}: deferred by its policy: {why}",
+                    p.action.kind(),
+                    p.table
+                ));
+                held.insert(p.table.clone());
+                continue;
+            }
             progress(&format!("{} {}: {} …", p.action.kind(), p.table, p.reason));
             let record = self.execute(&p, a).await;
             progress(&format!(
@@ -759,6 +775,23 @@ impl Maintainer {
             }
         }
         Ok(done)
+    }
+
+    /// Operations run on `table` in the last hour (its `policies`-mode budget).
+    fn ran_last_hour(&self, table: &str) -> usize {
+        let since = chrono::Utc::now().timestamp_micros() - 3_600_000_000;
+        self.log
+            .all()
+            .iter()
+            .filter(|r| {
+                r.table == table
+                    && r.started_us >= since
+                    && !matches!(
+                        r.kind,
+                        OperationKind::PolicyChange | OperationKind::LayoutExperiment
+                    )
+            })
+            .count()
     }
 
     /// The approval gate of a planned operation that needs one: who approved it for the table as

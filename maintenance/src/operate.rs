@@ -336,11 +336,24 @@ impl Maintainer {
             bytes_before: o.bytes,
             detail: format!(
                 "{} files scanned, {} orphans deleted ({}), {} unreferenced but younger than \
-                 the threshold kept",
+                 the threshold kept; threshold {} ({})",
                 o.scanned,
                 o.deleted,
                 human_bytes(o.bytes),
-                o.young
+                o.young,
+                humantime_serde::re::humantime::format_duration(std::time::Duration::from_secs(
+                    o.threshold.as_secs()
+                )),
+                match o.observed_gap {
+                    Some(g) if o.threshold > a.policy.config.orphan_min_age => format!(
+                        "{}× the longest write-to-commit gap seen, {}",
+                        crate::orphans::GAP_FACTOR,
+                        humantime_serde::re::humantime::format_duration(
+                            std::time::Duration::from_secs(g.as_secs())
+                        )
+                    ),
+                    _ => "orphan_min_age".to_string(),
+                }
             ),
             noop: o.deleted == 0,
             ..Outcome::default()

@@ -5,7 +5,7 @@
 //! by [`lakegate_engines::lake::objects`]: FileIO cannot list; deletes go through the table's
 //! FileIO).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use iceberg::TableIdent;
 use lakegate_engines::lake::objects::{self, canonical};
@@ -21,13 +21,24 @@ pub struct Orphans {
     pub scanned: usize,
     /// Unreferenced files younger than the threshold (kept).
     pub young: usize,
+    /// The age threshold used: the configured floor, or [`GAP_FACTOR`] times the longest
+    /// write-to-commit gap seen in the table's files, whichever is longer.
+    pub threshold: std::time::Duration,
+    /// The longest write-to-commit gap seen (a file's modification time to the commit of the
+    /// snapshot that added it); `None` when the store gives no times.
+    pub observed_gap: Option<std::time::Duration>,
     /// Files deleted.
     pub deleted: usize,
     /// Bytes deleted.
     pub bytes: u64,
 }
 
-/// Deletes `ident`'s orphan files older than `min_age`.
+/// How many times the longest observed write-to-commit gap an unreferenced file must be old.
+pub const GAP_FACTOR: u32 = 3;
+
+/// Deletes `ident`'s orphan files older than `min_age` — or than [`GAP_FACTOR`] times the
+/// longest write-to-commit gap its writers have shown, when that is longer: a writer that
+/// holds written files for an hour before committing sets the threshold, not the floor.
 ///
 /// # Errors
 /// [`Error::Unsupported`] for stores other than local and S3; listing, catalog and metadata
@@ -66,6 +77,8 @@ pub async fn run(
         add(&s.statistics_path);
     }
     let mut manifests_seen = HashSet::new();
+    // When each content file was committed (ms), for the write-to-commit gap.
+    let mut committed: HashMap<String, i64> = HashMap::new();
     for s in metadata.snapshots() {
         add(s.manifest_list());
         let list = table.manifest_list_reader(s).load().await?;
@@ -75,13 +88,33 @@ pub async fn run(
                 let manifest = cache.load(&table, m).await?;
                 for e in manifest.entries() {
                     add(e.file_path());
+                    let at = e
+                        .snapshot_id()
+                        .and_then(|id| metadata.snapshot_by_id(id))
+                        .map(|s| s.timestamp_ms());
+                    if let Some(at) = at {
+                        committed.insert(canonical(e.file_path()), at);
+                    }
                 }
             }
         }
     }
+    let observed_gap = files
+        .iter()
+        .filter_map(|f| {
+            let at = committed.get(&f.location)?;
+            let written = f.modified?.duration_since(std::time::UNIX_EPOCH).ok()?;
+            Some(std::time::Duration::from_millis(
+                (*at - written.as_millis() as i64).max(0) as u64,
+            ))
+        })
+        .max();
+    let min_age = observed_gap.map_or(min_age, |g| min_age.max(g * GAP_FACTOR));
     let now = std::time::SystemTime::now();
     let mut out = Orphans {
         scanned: files.len(),
+        threshold: min_age,
+        observed_gap,
         ..Default::default()
     };
     for file in files {

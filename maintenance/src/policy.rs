@@ -71,13 +71,22 @@ pub enum Key {
     Mode,
     /// `approve`.
     Approve,
+    /// `allow` (`policies` mode).
+    Allow,
+    /// `windows` (`policies` mode).
+    Windows,
+    /// `max_operations_per_hour` (`policies` mode).
+    MaxOperationsPerHour,
 }
 
 /// Every key, in the order they are shown.
-pub const KEYS: [Key; 16] = [
+pub const KEYS: [Key; 19] = [
     Key::Enabled,
     Key::Mode,
     Key::Approve,
+    Key::Allow,
+    Key::Windows,
+    Key::MaxOperationsPerHour,
     Key::TargetFileSize,
     Key::SmallFileRatio,
     Key::MinInputFiles,
@@ -101,6 +110,10 @@ fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
     text.trim()
         .parse()
         .map_err(|_| format!("`{text}` is not a number"))
+}
+
+fn show_kinds(kinds: &[OperationKind]) -> String {
+    kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
 }
 
 /// Kinds of operation: a JSON array (a config rule's list) or comma-separated names (a table
@@ -154,6 +167,9 @@ impl Key {
             Self::TargetManifestSize => "target_manifest_size",
             Self::Mode => "mode",
             Self::Approve => "approve",
+            Self::Allow => "allow",
+            Self::Windows => "windows",
+            Self::MaxOperationsPerHour => "max_operations_per_hour",
         }
     }
 
@@ -182,14 +198,15 @@ impl Key {
             Self::TargetManifestSize => c.target_manifest_size.to_string(),
             Self::Mode => match c.mode {
                 Mode::Autopilot => "autopilot".into(),
+                Mode::Policies => "policies".into(),
                 Mode::Manual => "manual".into(),
             },
-            Self::Approve => c
-                .approve
-                .iter()
-                .map(|k| k.name())
-                .collect::<Vec<_>>()
-                .join(","),
+            Self::Approve => show_kinds(&c.approve),
+            Self::Allow => show_kinds(&c.allow),
+            Self::Windows => crate::autonomy::show_windows(&c.windows),
+            Self::MaxOperationsPerHour => c
+                .max_operations_per_hour
+                .map_or_else(|| "unlimited".into(), |n| n.to_string()),
         }
     }
 
@@ -220,11 +237,22 @@ impl Key {
             Self::Mode => {
                 c.mode = match text.trim() {
                     "autopilot" => Mode::Autopilot,
+                    "policies" => Mode::Policies,
                     "manual" => Mode::Manual,
-                    other => return Err(format!("`{other}` is not autopilot or manual")),
+                    other => {
+                        return Err(format!("`{other}` is not autopilot, policies or manual"));
+                    }
                 }
             }
             Self::Approve => c.approve = kinds(text)?,
+            Self::Allow => c.allow = kinds(text)?,
+            Self::Windows => c.windows = crate::autonomy::parse_windows(text)?,
+            Self::MaxOperationsPerHour => {
+                c.max_operations_per_hour = match text.trim() {
+                    "" | "unlimited" => None,
+                    n => Some(number(n)?),
+                }
+            }
         }
         Ok(())
     }

@@ -236,6 +236,37 @@ def test_orphan_removal_spares_a_file_in_flight(tmp_path):
     assert sorted(cat.load_table("public.o").scan().to_arrow()["id"].to_pylist()) == [0, 1, 2, 7, 8]
 
 
+def test_orphan_age_threshold_follows_the_writers_write_to_commit_gap(tmp_path):
+    """A writer that holds a written file 3 s before committing it: with a floor of 1 s, orphan
+    removal waits 3 × 3 s for unreferenced files, so another file of that writer, 2 s old, is
+    kept, while one abandoned long ago is deleted."""
+    cat = wh.catalog(str(tmp_path))
+    cat.create_namespace("public")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    table = cat.create_table("public.slow", schema=schema)
+    table.append(pa.table({"id": pa.array([1], pa.int64())}, schema=schema))
+    data_dir = Path(table.metadata.location.removeprefix("file://")) / "data"
+    held = data_dir / "held-by-a-slow-writer.parquet"
+    pq.write_table(pa.table({"id": pa.array([2], pa.int64())}, schema=schema), held)
+    time.sleep(3)
+    table.add_files([f"file://{held}"])
+    pending = data_dir / "written-2s-ago.parquet"
+    old = data_dir / "abandoned.parquet"
+    for f in (pending, old):
+        pq.write_table(pa.table({"id": pa.array([3], pa.int64())}, schema=schema), f)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    time.sleep(2)
+    cfg = config(tmp_path, extra='[[maintenance.policy]]\nmatch = "public.slow"\n'
+                                 'orphan_min_age = "1s"\n')
+    out = maintain(wh.flags(str(tmp_path)), cfg, "public.slow")
+    assert not old.exists(), out
+    assert pending.exists(), "younger than 3 x the writer's gap: kept"
+    op = [o for o in operations(tmp_path) if o["kind"] == "remove_orphans"][-1]
+    assert op["files_deleted"] == 1, op
+    assert re.search(r"threshold (9|10)s \(3× the longest write-to-commit gap seen, 3s\)",
+                     op["detail"]), op
+
+
 def overlap(table, column: str) -> float:
     """Mean fraction of other files whose [min, max] of `column` overlaps each file's by more
     than a shared boundary value."""
@@ -599,3 +630,47 @@ min_commits = 1
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=15)
+
+
+def test_policies_mode_runs_allowed_kinds_inside_its_windows_within_its_budget(tmp_path):
+    """`mode = "policies"`: outside its windows nothing runs; inside, only the kinds in `allow`,
+    and no more than `max_operations_per_hour`; the rest is deferred, with the reason."""
+    import datetime as dt
+    wh.build(str(tmp_path), order_commits=6)
+    now = dt.datetime.now(dt.timezone.utc)
+    closed = f"{(now + dt.timedelta(hours=2)):%H}:00-{(now + dt.timedelta(hours=3)):%H}:00"
+    cfg = config(tmp_path, extra=f"""
+[[maintenance.policy]]
+match = "public.orders"
+mode = "policies"
+allow = ["compact", "expire_snapshots"]
+windows = ["{closed}"]
+max_operations_per_hour = 1
+keep_snapshots = 1
+snapshot_min_age = "0s"
+min_commits = 1
+""")
+    flags = wh.flags(str(tmp_path))
+
+    def ran() -> list[dict]:
+        return [o for o in operations(tmp_path) if o["table"] == "public.orders"
+                and o["kind"] not in ("policy_change", "layout_experiment")]
+
+    out = maintain(flags, cfg, "public.orders")
+    assert f"deferred by its policy: outside its windows ({closed} UTC" in out, out
+    assert ran() == [], "nothing runs outside the windows"
+    # The table's owner opens the whole day: one operation runs, the budget stops the rest,
+    # and kinds not allowed never run.
+    cat = wh.catalog(str(tmp_path))
+    with cat.load_table("public.orders").transaction() as tx:
+        tx.set_properties({"lakegate.maintenance.windows": "00:00-24:00"})
+    out = maintain(flags, cfg, "public.orders")
+    assert len(ran()) == 1 and ran()[0]["kind"] in ("compact", "expire_snapshots"), ran()
+    assert "budget of 1 operations per hour is spent" in out, out
+    assert re.search(r"(remove_orphans|rewrite_manifests) public.orders: deferred by its policy: "
+                     r"\S+ is not allowed \(allow: compact, expire_snapshots\)", out), out
+    shown = subprocess.run([lakegate_bin(), "maintenance", "policy", "--table", "public.orders",
+                            "--config", str(cfg), *flags], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert re.search(r"windows\s+00:00-24:00\s+table property", shown), shown
+    assert re.search(r"mode\s+policies\s+table: policy public.orders", shown), shown
