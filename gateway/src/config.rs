@@ -44,6 +44,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The maintenance loop (off unless enabled).
     pub maintenance: lakegate_maintenance::MaintenanceConfig,
+    /// State shared with other gateways on the same catalog (none: this gateway alone).
+    pub state: lakegate_maintenance::state::StateConfig,
     /// Users and how they authenticate.
     pub auth: crate::security::auth::AuthConfig,
     /// Connection limits.

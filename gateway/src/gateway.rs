@@ -141,7 +141,35 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
             "query heat rebuilt from the kept history"
         );
     }
+    if config.state.enabled() {
+        share_state(&service, &config.state).await?;
+    }
     Ok(service)
+}
+
+/// Joins the gateways sharing `[state]`: the maintenance leader lease and table locks, the
+/// operations log and the query history in the database; other replicas' queries feed this
+/// one's maintenance heat (so whichever leads knows the whole estate's).
+async fn share_state(
+    service: &Arc<GatewayService>,
+    config: &lakegate_maintenance::state::StateConfig,
+) -> Result<()> {
+    let state = lakegate_maintenance::state::SharedState::connect(config).await?;
+    service.maintainer().share(Arc::clone(&state)).await?;
+    let mut remote = service
+        .history()
+        .share(Arc::clone(&state), CancellationToken::new());
+    let feeder = Arc::clone(service);
+    tokio::spawn(async move {
+        while let Some(record) = remote.recv().await {
+            feeder.replay_record(&record);
+        }
+    });
+    info!(
+        replica = state.replica(),
+        "sharing state with other gateways"
+    );
+    Ok(())
 }
 
 /// `lakegate mcp`: serves MCP on stdin/stdout as `user` until the client closes it. With

@@ -22,6 +22,9 @@ pub enum Error {
     /// The REST catalog answered with an error.
     #[error("REST catalog: {0}")]
     Rest(String),
+    /// The shared state database (`[state]`) failed.
+    #[error("state database: {0}")]
+    State(String),
     /// A file on local storage could not be listed or read.
     #[error("{path}: {source}")]
     Io {

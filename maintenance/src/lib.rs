@@ -23,6 +23,7 @@ pub mod plan;
 pub mod policy;
 pub mod readers;
 pub mod snapshot;
+pub mod state;
 pub mod telemetry;
 
 pub use config::MaintenanceConfig;

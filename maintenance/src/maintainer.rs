@@ -105,6 +105,10 @@ pub struct Maintainer {
     refreshing: std::sync::atomic::AtomicBool,
     /// Set when the gateway shuts down: a cycle stops before its next operation.
     stopping: CancellationToken,
+    /// The database shared with other gateways (`[state]`), if any.
+    shared: std::sync::OnceLock<Arc<crate::state::SharedState>>,
+    /// This gateway's loop holds the leader lease.
+    leader: std::sync::atomic::AtomicBool,
     /// Score and data files per table over time (ms, score, files), for trends.
     trend: Mutex<HashMap<String, Trend>>,
 }
@@ -136,20 +140,7 @@ impl Maintainer {
         let heat = Arc::new(Mutex::new(Heat::new(config.heat_half_life)));
         let (telemetry, rx) = Telemetry::channel(config.telemetry_capacity);
         tokio::spawn(crate::telemetry::drain(rx, heat.clone()));
-        // Tables maintained before a restart count from the log.
-        let mut state: HashMap<String, TableState> = HashMap::new();
-        for r in log.all() {
-            let s = state.entry(r.table.clone()).or_default();
-            if r.kind == OperationKind::PolicyChange {
-                s.policy = Some(r.detail.clone());
-                continue;
-            }
-            let ms = r.started_us / 1000;
-            s.last_run_ms = s.last_run_ms.max(ms);
-            if r.kind == OperationKind::RemoveOrphans {
-                s.last_orphans_ms = s.last_orphans_ms.max(ms);
-            }
-        }
+        let state = tables_state(&log.all());
         Ok(Arc::new(Self {
             lake,
             committer,
@@ -168,7 +159,35 @@ impl Maintainer {
             trend: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             refreshing: std::sync::atomic::AtomicBool::new(false),
+            shared: std::sync::OnceLock::new(),
+            leader: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// Works with other gateways through `state`: one leader runs the loop (the lease
+    /// [`crate::state::LEADER`]), every operation holds its table's lock, and the operations
+    /// log is the database's (every replica's records).
+    ///
+    /// # Errors
+    /// The database cannot be read.
+    pub async fn share(&self, state: Arc<crate::state::SharedState>) -> Result<()> {
+        self.log
+            .share(Arc::clone(&state), self.stopping.clone())
+            .await?;
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = tables_state(&self.log.all());
+        let _ = self.shared.set(state);
+        Ok(())
+    }
+
+    /// The shared state, when several gateways work together.
+    pub fn shared(&self) -> Option<&Arc<crate::state::SharedState>> {
+        self.shared.get()
+    }
+
+    /// Whether this gateway's loop holds the leader lease (always, with no shared state and
+    /// the loop running).
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The sender the query path uses.
@@ -720,6 +739,34 @@ impl Maintainer {
                 held.insert(p.table.clone());
                 continue;
             }
+            // With other gateways (a CLI run among them), one works on a table at a time.
+            let _lock = match self.shared.get() {
+                None => None,
+                Some(state) => {
+                    match crate::state::Held::take(state, crate::state::table_lock(&p.table)).await
+                    {
+                        Ok(Some(lock)) => Some(lock),
+                        Ok(None) => {
+                            progress(&format!(
+                                "{} {}: another gateway is working on the table",
+                                p.action.kind(),
+                                p.table
+                            ));
+                            held.insert(p.table.clone());
+                            continue;
+                        }
+                        Err(e) => {
+                            progress(&format!(
+                                "{} {}: table lock unavailable ({e}); not run",
+                                p.action.kind(),
+                                p.table
+                            ));
+                            held.insert(p.table.clone());
+                            continue;
+                        }
+                    }
+                }
+            };
             progress(&format!("{} {}: {} …", p.action.kind(), p.table, p.reason));
             let record = self.execute(&p, a).await;
             progress(&format!(
@@ -924,6 +971,27 @@ impl Maintainer {
                     _ = shutdown.cancelled() => break,
                     _ = tick.tick() => {}
                 }
+                // With other gateways, only the lease holder runs the loop; a lost lease
+                // (a stall past it, a database outage) stops it until it is taken again.
+                let leading = match self.shared.get() {
+                    None => true,
+                    Some(state) => match state.try_lease(crate::state::LEADER).await {
+                        Ok(held) => held,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "leader lease not renewed; not leading");
+                            false
+                        }
+                    },
+                };
+                let was = self
+                    .leader
+                    .swap(leading, std::sync::atomic::Ordering::Relaxed);
+                if leading != was {
+                    tracing::info!(leading, "maintenance leadership changed");
+                }
+                if !leading {
+                    continue;
+                }
                 // A panic in a cycle (outside an operation, which catches its own) is logged
                 // and the loop goes on at the next tick.
                 let cycle = self.run_cycle(false, None, &|line| {
@@ -937,6 +1005,12 @@ impl Maintainer {
                         "maintenance cycle panicked; the loop goes on"
                     ),
                 }
+            }
+            // Hand over at once rather than after the lease time.
+            if let Some(state) = self.shared.get()
+                && self.is_leader()
+            {
+                let _ = state.release(crate::state::LEADER).await;
             }
         })
     }
@@ -962,6 +1036,25 @@ impl Maintainer {
             .1
             .clone()
     }
+}
+
+/// What the log says of each table: when it was last maintained, its orphans last removed, its
+/// policy last recorded (so a restart, or a new leader, does not start from nothing).
+fn tables_state(records: &[OperationRecord]) -> HashMap<String, TableState> {
+    let mut state: HashMap<String, TableState> = HashMap::new();
+    for r in records {
+        let s = state.entry(r.table.clone()).or_default();
+        if r.kind == OperationKind::PolicyChange {
+            s.policy = Some(r.detail.clone());
+            continue;
+        }
+        let ms = r.started_us / 1000;
+        s.last_run_ms = s.last_run_ms.max(ms);
+        if r.kind == OperationKind::RemoveOrphans {
+            s.last_orphans_ms = s.last_orphans_ms.max(ms);
+        }
+    }
+    state
 }
 
 /// The columns compaction sorts by: the table's most-filtered columns (at least half as hot

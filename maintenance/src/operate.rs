@@ -93,6 +93,7 @@ impl Maintainer {
             snapshot_after: outcome.snapshot_after,
             reason: p.reason.clone(),
             detail: outcome.detail,
+            replica: String::new(),
         };
         self.count(&r);
         self.log().push(r.clone());

@@ -113,6 +113,9 @@ pub struct OperationRecord {
     pub reason: String,
     /// What happened (sort columns, attempts, the error).
     pub detail: String,
+    /// The gateway that ran it (`[state] replica`; empty with no shared state).
+    #[serde(default)]
+    pub replica: String,
 }
 
 impl OperationRecord {
@@ -143,6 +146,7 @@ impl OperationRecord {
             snapshot_after: None,
             reason,
             detail,
+            replica: String::new(),
         }
     }
 }
@@ -157,6 +161,8 @@ struct Inner {
     records: VecDeque<OperationRecord>,
     next_id: u64,
     file: Option<std::fs::File>,
+    /// With shared state: this replica's name, and where its records go to the database.
+    shared: Option<(String, tokio::sync::mpsc::UnboundedSender<String>)>,
 }
 
 impl OperationLog {
@@ -168,6 +174,7 @@ impl OperationLog {
                 records: VecDeque::new(),
                 next_id: 1,
                 file: None,
+                shared: None,
             }),
         }
     }
@@ -220,6 +227,12 @@ impl OperationLog {
         let mut inner = self.lock();
         record.id = inner.next_id;
         inner.next_id += 1;
+        if let Some((replica, to_db)) = &inner.shared {
+            record.replica = replica.clone();
+            if let Ok(json) = serde_json::to_string(&record) {
+                let _ = to_db.send(json);
+            }
+        }
         if let Some(f) = inner.file.as_mut()
             && let Ok(line) = serde_json::to_string(&record)
             && let Err(e) = writeln!(f, "{line}")
@@ -236,6 +249,82 @@ impl OperationLog {
     /// Every record kept, oldest first.
     pub fn all(&self) -> Vec<OperationRecord> {
         self.lock().records.iter().cloned().collect()
+    }
+
+    /// Appends a record another replica wrote (a fresh local id; its replica kept).
+    fn merge(&self, mut record: OperationRecord) {
+        let mut inner = self.lock();
+        record.id = inner.next_id;
+        inner.next_id += 1;
+        inner.records.push_back(record);
+        if inner.records.len() > self.capacity {
+            inner.records.pop_front();
+        }
+    }
+
+    /// Shares the log through `state`: the database's newest records (every replica's) replace
+    /// what is kept here, this replica's records go there too (off the caller's path), and the
+    /// others' are read in every poll interval until `stop`.
+    ///
+    /// # Errors
+    /// The database cannot be read.
+    pub async fn share(
+        self: &std::sync::Arc<Self>,
+        state: std::sync::Arc<crate::state::SharedState>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> crate::error::Result<()> {
+        use crate::state::SharedLog;
+        let rows = state
+            .read(SharedLog::Operations, 0, self.capacity as i64)
+            .await?;
+        let mut last = rows.last().map_or(0, |r| r.id);
+        {
+            let mut inner = self.lock();
+            inner.records.clear();
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            inner.shared = Some((state.replica().to_string(), tx));
+            let writer = std::sync::Arc::clone(&state);
+            tokio::spawn(async move {
+                while let Some(json) = rx.recv().await {
+                    if let Err(e) = writer.append(SharedLog::Operations, &json).await {
+                        tracing::warn!(error = %e, "operation not written to the state database");
+                    }
+                }
+            });
+        }
+        for row in rows {
+            if let Ok(r) = serde_json::from_str::<OperationRecord>(&row.json) {
+                self.merge(r);
+            }
+        }
+        let log = std::sync::Arc::clone(self);
+        tokio::spawn(async move {
+            let me = state.replica().to_string();
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(state.poll_interval()) => {}
+                }
+                match state
+                    .read(SharedLog::Operations, last, log.capacity as i64)
+                    .await
+                {
+                    Ok(rows) => {
+                        for row in rows {
+                            last = last.max(row.id);
+                            if row.replica == me {
+                                continue;
+                            }
+                            if let Ok(r) = serde_json::from_str::<OperationRecord>(&row.json) {
+                                log.merge(r);
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "operations of other replicas not read"),
+                }
+            }
+        });
+        Ok(())
     }
 }
 
@@ -261,6 +350,7 @@ mod tests {
             snapshot_after: Some(2),
             reason: "hot".into(),
             detail: String::new(),
+            replica: String::new(),
         }
     }
 

@@ -141,6 +141,10 @@ log_path = "{tmp_path / 'ops.jsonl'}"
                  and e["sequence_number"] <= read_at
                  and f"region={e['data_file']['partition']['region']}" == op["partition"]]
         assert not stale, (op, stale)
+    stream = [s for s in snapshots if s.summary.operation.value != "replace"]
+    print(f"CDC compaction under a live upsert stream: {len(stream)} Flink commits, "
+          + "; ".join(f"{o['partition']}: files {o['files_before']} -> {o['files_after']}, "
+                      f"{o['detail']}, {o['millis']:.0f} ms" for o in compactions))
     want = expected(0, 18)
     # A gateway of its own: the estate's keeps version tokens for an hour (max_staleness).
     gw = estate.lakegate("[cache]\nenabled = false\n" + ACCELERATION)

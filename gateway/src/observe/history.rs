@@ -69,6 +69,9 @@ pub struct QueryRecord {
     /// The error, if it failed.
     #[serde(default)]
     pub error: Option<String>,
+    /// The gateway that ran it (`[state] replica`; empty with no shared state).
+    #[serde(default)]
+    pub replica: String,
 }
 
 /// A field written by another version (an unknown name, a missing value) reads as its
@@ -102,6 +105,8 @@ pub struct QueryHistory {
     metrics: std::sync::OnceLock<Arc<crate::observe::metrics::Metrics>>,
     /// Tells the maintenance loop what each successful query read.
     telemetry: std::sync::OnceLock<lakegate_maintenance::telemetry::Telemetry>,
+    /// With shared state: this replica's name, and where its records go to the database.
+    shared: std::sync::OnceLock<(String, tokio::sync::mpsc::UnboundedSender<String>)>,
 }
 
 impl QueryHistory {
@@ -114,7 +119,67 @@ impl QueryHistory {
             file: None,
             metrics: std::sync::OnceLock::new(),
             telemetry: std::sync::OnceLock::new(),
+            shared: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Shares the history through `state`: this replica's queries go to the database too (off
+    /// the query path), and the others' are read in every poll interval until `stop` — kept
+    /// here under fresh ids, and sent to the returned receiver (the maintenance heat).
+    pub fn share(
+        self: &Arc<Self>,
+        state: Arc<lakegate_maintenance::state::SharedState>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<QueryRecord> {
+        use lakegate_maintenance::state::SharedLog;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let _ = self.shared.set((state.replica().to_string(), tx));
+        let writer = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Some(json) = rx.recv().await {
+                if let Err(e) = writer.append(SharedLog::Queries, &json).await {
+                    tracing::warn!(error = %e, "query not written to the state database");
+                }
+            }
+        });
+        let (remote_tx, remote_rx) = tokio::sync::mpsc::unbounded_channel();
+        let history = Arc::clone(self);
+        tokio::spawn(async move {
+            let me = state.replica().to_string();
+            // Only what other replicas run from now on: their past is their own history's.
+            let mut last = match state.read(SharedLog::Queries, 0, 1).await {
+                Ok(rows) => rows.last().map_or(0, |r| r.id),
+                Err(_) => 0,
+            };
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(state.poll_interval()) => {}
+                }
+                let rows = match state
+                    .read(SharedLog::Queries, last, history.capacity as i64)
+                    .await
+                {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "queries of other replicas not read");
+                        continue;
+                    }
+                };
+                for row in rows {
+                    last = last.max(row.id);
+                    if row.replica == me {
+                        continue;
+                    }
+                    if let Some(mut record) = from_json(&row.json) {
+                        record.id = history.next_id();
+                        history.keep(record.clone());
+                        let _ = remote_tx.send(record);
+                    }
+                }
+            }
+        });
+        remote_rx
     }
 
     /// A history that survives restarts: the last `capacity` records of `path` (JSON lines)
@@ -202,6 +267,7 @@ impl QueryHistory {
                 millis: 0.0,
                 queued_ms: 0.0,
                 error: None,
+                replica: String::new(),
             },
             clock: Instant::now(),
             observation: None,
@@ -263,13 +329,21 @@ impl QueryHistory {
         v
     }
 
-    fn push(&self, record: QueryRecord) {
+    fn push(&self, mut record: QueryRecord) {
         if let Some(m) = self.metrics.get() {
             m.observe(&record);
+        }
+        if let Some((replica, to_db)) = self.shared.get() {
+            record.replica = replica.clone();
+            let _ = to_db.send(to_json(&record));
         }
         if let Some(file) = &self.file {
             let _ = file.send(to_json(&record));
         }
+        self.keep(record);
+    }
+
+    fn keep(&self, record: QueryRecord) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if entries.len() >= self.capacity {
             entries.pop_front();

@@ -42,35 +42,43 @@ impl GatewayService {
     /// Rebuilds query heat from the kept history (tables and columns; predicates need the
     /// tables' schemas and start again with live traffic). Returns the queries replayed.
     pub fn replay_history(&self) -> usize {
+        self.history
+            .all()
+            .iter()
+            .map(|record| self.replay_record(record))
+            .sum()
+    }
+
+    /// Feeds one query record (a kept one, or another replica's) to the maintenance heat;
+    /// returns the statements replayed.
+    pub fn replay_record(&self, record: &crate::observe::history::QueryRecord) -> usize {
+        if record.error.is_some() || record.snapshots.is_empty() {
+            return 0;
+        }
+        let Ok(statements) = self.parse(&record.sql) else {
+            return 0;
+        };
         let mut n = 0;
-        for record in self.history.all() {
-            if record.error.is_some() || record.snapshots.is_empty() {
-                continue;
-            }
-            let Ok(statements) = self.parse(&record.sql) else {
+        for statement in statements {
+            let Ok(refs) = classify::references(&statement, "public") else {
                 continue;
             };
-            for statement in statements {
-                let Ok(refs) = classify::references(&statement, "public") else {
-                    continue;
-                };
-                let profile = QueryProfile::of(&statement, &StatementKind::Query, &refs);
-                if profile.tables.is_empty() {
-                    continue;
-                }
-                self.maintainer.replay(&Event {
-                    observation: Observation {
-                        tables: profile.tables,
-                        predicate: None,
-                        filter_columns: profile.filter_columns,
-                        join_columns: profile.join_columns,
-                        group_columns: profile.group_columns,
-                    },
-                    millis: record.millis,
-                    at: record.started_us as f64 / 1e6,
-                });
-                n += 1;
+            let profile = QueryProfile::of(&statement, &StatementKind::Query, &refs);
+            if profile.tables.is_empty() {
+                continue;
             }
+            self.maintainer.replay(&Event {
+                observation: Observation {
+                    tables: profile.tables,
+                    predicate: None,
+                    filter_columns: profile.filter_columns,
+                    join_columns: profile.join_columns,
+                    group_columns: profile.group_columns,
+                },
+                millis: record.millis,
+                at: record.started_us as f64 / 1e6,
+            });
+            n += 1;
         }
         n
     }

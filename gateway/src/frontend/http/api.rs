@@ -79,11 +79,33 @@ pub(super) async fn maintenance(State(s): State<AppState>) -> Json<Value> {
     Json(json!(s.service.maintainer().slo()))
 }
 
-/// The maintenance operations log, newest first.
+/// The maintenance operations log (with shared state, every replica's), newest first.
 pub(super) async fn operations(State(s): State<AppState>) -> Json<serde_json::Value> {
     let mut ops = s.service.maintainer().log().all();
-    ops.reverse();
+    ops.sort_by(|a, b| b.started_us.cmp(&a.started_us).then(b.id.cmp(&a.id)));
     Json(json!({ "operations": ops }))
+}
+
+/// This gateway among its replicas: its name, whether state is shared, who leads the
+/// maintenance loop and whether it is this one.
+pub(super) async fn state(State(s): State<AppState>) -> Json<Value> {
+    let m = s.service.maintainer();
+    match m.shared() {
+        None => Json(json!({ "shared": false, "leading": m.is_leader() })),
+        Some(state) => {
+            let leader = state
+                .holder(lakegate_maintenance::state::LEADER)
+                .await
+                .ok()
+                .flatten();
+            Json(json!({
+                "shared": true,
+                "replica": state.replica(),
+                "leader": leader,
+                "leading": m.is_leader(),
+            }))
+        }
+    }
 }
 
 pub(super) async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {

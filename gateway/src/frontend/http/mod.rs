@@ -90,6 +90,7 @@ impl HttpServer {
             .route("/api/table_health", get(api::table_health))
             .route("/api/operations", get(api::operations))
             .route("/api/maintenance", get(api::maintenance))
+            .route("/api/state", get(api::state))
             .route("/api/pending", get(approvals::pending))
             .route("/api/pending/{id}/approve", post(approvals::approve))
             .route("/api/pending/{id}/reject", post(approvals::reject))
