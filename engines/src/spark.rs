@@ -198,6 +198,21 @@ impl SparkEngine {
         Ok((response.into_inner(), operation_id))
     }
 
+    /// Runs a statement (a maintenance procedure's `CALL`) in this engine's session, to its
+    /// end, discarding what it returns.
+    ///
+    /// # Errors
+    /// Spark's error, or its being unreachable.
+    pub async fn run_statement(&self, sql: &str) -> Result<()> {
+        self.configure().await?;
+        self.run(sql).await
+    }
+
+    /// The Spark catalog that maps the lake.
+    pub fn catalog(&self) -> &str {
+        &self.options.catalog
+    }
+
     /// Runs `sql` to the end and discards its answer.
     async fn run(&self, sql: &str) -> Result<()> {
         let (mut stream, _) = self.start(sql.to_string()).await?;

@@ -111,6 +111,9 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         ],
     )?);
     let maintainer = Maintainer::new(lake.clone(), config.maintenance.clone()).await?;
+    if config.maintenance.executor == lakegate_maintenance::executor::ExecutorKind::Spark {
+        maintainer.set_executor(Arc::new(spark_executor(config)?));
+    }
     history.set_telemetry(maintainer.telemetry().clone());
     if let Some(accelerator) = &accelerator {
         // Set once, here; a second set cannot happen.
@@ -145,6 +148,39 @@ pub async fn build_service(config: &Config) -> Result<Arc<GatewayService>> {
         share_state(&service, &config.state).await?;
     }
     Ok(service)
+}
+
+/// The Spark session big compactions run in (`[maintenance] executor = "spark"`).
+fn spark_executor(config: &Config) -> Result<lakegate_maintenance::executor::SparkExecutor> {
+    if config.spark.url.is_empty() {
+        return Err(Error::Config {
+            setting: "maintenance.executor".into(),
+            reason: "`spark` needs [spark] url (a Spark Connect server with the lake's \
+                     Iceberg catalog)"
+                .into(),
+        });
+    }
+    let engine = SparkEngine::try_new(spark_options(config))?;
+    Ok(lakegate_maintenance::executor::SparkExecutor::new(
+        Arc::new(engine),
+    ))
+}
+
+fn spark_options(config: &Config) -> SparkOptions {
+    SparkOptions {
+        url: config.spark.url.clone(),
+        catalog: if config.spark.catalog.is_empty() {
+            config.catalog.name.clone()
+        } else {
+            config.spark.catalog.clone()
+        },
+        user: if config.spark.user.is_empty() {
+            "lakegate".into()
+        } else {
+            config.spark.user.clone()
+        },
+        connect_timeout: std::time::Duration::from_secs(2),
+    }
 }
 
 /// Joins the gateways sharing `[state]`: the maintenance leader lease and table locks, the
@@ -255,18 +291,8 @@ async fn build_engines(config: &Config, planner: Arc<DataFusionEngine>) -> Resul
     }
     if !config.spark.url.is_empty() {
         let spark = SparkEngine::try_new(SparkOptions {
-            url: config.spark.url.clone(),
-            catalog: if config.spark.catalog.is_empty() {
-                config.catalog.name.clone()
-            } else {
-                config.spark.catalog.clone()
-            },
-            user: if config.spark.user.is_empty() {
-                "lakegate".into()
-            } else {
-                config.spark.user.clone()
-            },
             connect_timeout,
+            ..spark_options(config)
         })?;
         engines.all.push(Arc::new(spark));
     }

@@ -87,6 +87,11 @@ pub struct MaintenanceConfig {
     /// Kinds of operation that always wait for approval, whatever the mode (say
     /// `["expire_snapshots", "remove_orphans"]`: history is destroyed only when an operator says).
     pub approve: Vec<crate::oplog::OperationKind>,
+    /// Where big compactions run: `embedded` (here) or `spark` (`[spark] url`, Iceberg's
+    /// `rewrite_data_files`).
+    pub executor: crate::executor::ExecutorKind,
+    /// Compactions reading at least this many bytes go to the `executor`.
+    pub executor_min_bytes: u64,
     /// `[[maintenance.policy]]`: per-table settings for the tables each rule matches (see
     /// [`crate::policy`]; table properties `lakegate.maintenance.*` override them).
     pub policy: Vec<crate::policy::PolicyRule>,
@@ -123,6 +128,8 @@ impl Default for MaintenanceConfig {
             policy: Vec::new(),
             mode: crate::approvals::Mode::Autopilot,
             allow: Vec::new(),
+            executor: crate::executor::ExecutorKind::Embedded,
+            executor_min_bytes: 1 << 30,
             windows: Vec::new(),
             max_operations_per_hour: None,
             approve: Vec::new(),

@@ -11,6 +11,7 @@ pub mod commit;
 pub mod compact;
 pub mod config;
 pub mod error;
+pub mod executor;
 pub mod expire;
 pub mod health;
 pub mod inventory;

@@ -109,6 +109,8 @@ pub struct Maintainer {
     shared: std::sync::OnceLock<Arc<crate::state::SharedState>>,
     /// This gateway's loop holds the leader lease.
     leader: std::sync::atomic::AtomicBool,
+    /// Where big compactions run (`executor = "spark"`).
+    executor: std::sync::OnceLock<Arc<crate::executor::SparkExecutor>>,
     /// Score and data files per table over time (ms, score, files), for trends.
     trend: Mutex<HashMap<String, Trend>>,
 }
@@ -161,7 +163,18 @@ impl Maintainer {
             refreshing: std::sync::atomic::AtomicBool::new(false),
             shared: std::sync::OnceLock::new(),
             leader: std::sync::atomic::AtomicBool::new(false),
+            executor: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Hands compactions of at least `executor_min_bytes` to `executor`.
+    pub fn set_executor(&self, executor: Arc<crate::executor::SparkExecutor>) {
+        let _ = self.executor.set(executor);
+    }
+
+    /// The executor of big compactions, if any.
+    pub(crate) fn executor(&self) -> Option<&Arc<crate::executor::SparkExecutor>> {
+        self.executor.get()
     }
 
     /// Works with other gateways through `state`: one leader runs the loop (the lease

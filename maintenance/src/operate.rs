@@ -192,6 +192,7 @@ impl Maintainer {
             .filter(|f| !f.is_data())
             .cloned()
             .collect();
+        let partition_data = data.first().map(|f| f.data_file.partition().clone());
         let groups = split_groups(data, config.max_group_bytes);
         let single = groups.len() == 1;
         let (spec_id, partition) = (work.spec_id, work.partition);
@@ -240,6 +241,53 @@ impl Maintainer {
                 }
             }
         };
+        let metadata = a.table.metadata();
+        if let Some(executor) = self.executor()
+            && work.bytes >= config.executor_min_bytes
+            && let (Some(spec), Some(data)) = (
+                metadata.partition_spec_by_id(spec_id),
+                partition_data.as_ref(),
+            )
+            && let Some(filter) =
+                crate::executor::partition_filter(spec, metadata.current_schema(), data)
+        {
+            let job = crate::executor::BigJob {
+                table: a.health.table.clone(),
+                filter: (!filter.is_empty()).then_some(filter),
+                sort: sort.clone(),
+                target_file_size: config.target_file_size,
+            };
+            executor.rewrite(&job).await?;
+            let table = self.committer().load(ident).await?;
+            let after = match table.metadata().current_snapshot() {
+                Some(s) => {
+                    Some(crate::inventory::Inventory::load(&table, s, self.manifests()).await?)
+                }
+                None => None,
+            };
+            let now: Vec<&LiveFile> = after
+                .iter()
+                .flat_map(|i| i.files.iter())
+                .filter(|f| f.is_data() && f.spec_id == spec_id && f.partition == partition)
+                .collect();
+            o.files_after = now.len() as u64;
+            o.bytes_after = now.iter().map(|f| f.bytes()).sum();
+            let snapshot = table.metadata().current_snapshot_id();
+            o.noop = snapshot == Some(inv.snapshot.snapshot_id());
+            o.snapshot_after = snapshot;
+            o.detail = format!(
+                "executor=spark: rewrite_data_files{}{}",
+                if sort.is_empty() {
+                    String::new()
+                } else {
+                    format!(", sorted by {}", sort.join(", "))
+                },
+                job.filter
+                    .as_deref()
+                    .map_or(String::new(), |f| format!(", where {f}"))
+            );
+            return Ok(o);
+        }
         let mut details = Vec::new();
         for group in groups {
             let c = compact::run(
