@@ -192,6 +192,11 @@ async fn share_state(
 ) -> Result<()> {
     let state = lakegate_maintenance::state::SharedState::connect(config).await?;
     service.maintainer().share(Arc::clone(&state)).await?;
+    crate::agents::approvals::share(
+        Arc::clone(service.agents()),
+        Arc::clone(&state),
+        CancellationToken::new(),
+    );
     let mut remote = service
         .history()
         .share(Arc::clone(&state), CancellationToken::new());

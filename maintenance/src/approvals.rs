@@ -76,6 +76,13 @@ pub struct Approvals {
 }
 
 impl Approvals {
+    /// Numbers operations from `base` on (an id unique across replicas); before any is held.
+    pub fn set_base(&self, base: u64) {
+        let _ = self
+            .next
+            .compare_exchange(0, base, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, PendingOperation>> {
         self.ops.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -177,6 +184,44 @@ impl Approvals {
             .values()
             .any(|o| o.table == table && o.approved_by.is_some())
     }
+}
+
+/// Keeps `approvals` in the shared database every poll interval until `stop`: what the leader
+/// holds is listed there for every replica, and decisions made on other replicas are applied.
+pub fn share(
+    approvals: std::sync::Arc<Approvals>,
+    state: std::sync::Arc<crate::state::SharedState>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use crate::state::Waiting;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(state.poll_interval()) => {}
+            }
+            match state.decisions(Waiting::Operations).await {
+                Ok(decisions) => {
+                    for d in decisions {
+                        match approvals.decide(d.id, d.approve, &d.by) {
+                            Ok(op) => tracing::info!(id = d.id, by = %d.by, approve = d.approve,
+                                table = %op.table, "maintenance operation decided on another replica"),
+                            Err(e) => tracing::debug!(error = %e, "decision on a gone operation"),
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "decisions not read"),
+            }
+            let items: Vec<(u64, String)> = approvals
+                .list()
+                .into_iter()
+                .filter_map(|o| serde_json::to_string(&o).ok().map(|j| (o.id, j)))
+                .collect();
+            if let Err(e) = state.publish(Waiting::Operations, &items).await {
+                tracing::warn!(error = %e, "held operations not published");
+            }
+        }
+    });
 }
 
 #[cfg(test)]

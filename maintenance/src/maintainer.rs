@@ -94,7 +94,7 @@ pub struct Maintainer {
     /// Snapshots queries are reading now (expiry keeps them).
     readers: Arc<crate::readers::Readers>,
     /// Operations held for an operator (manual mode, `approve` kinds).
-    approvals: crate::approvals::Approvals,
+    approvals: Arc<crate::approvals::Approvals>,
     /// (tables looked at, maintained) by the last cycle; tables waiting since (ms).
     coverage: Mutex<(usize, usize, HashMap<String, i64>)>,
     /// One cycle at a time (so never two operations on one table).
@@ -153,7 +153,7 @@ impl Maintainer {
             cache: ManifestCache::default(),
             state: Mutex::new(state),
             readers: Arc::default(),
-            approvals: crate::approvals::Approvals::default(),
+            approvals: Arc::default(),
             coverage: Mutex::new((0, 0, HashMap::new())),
             cycle: tokio::sync::Mutex::new(()),
             counters: OpCounters::default(),
@@ -188,6 +188,12 @@ impl Maintainer {
             .share(Arc::clone(&state), self.stopping.clone())
             .await?;
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = tables_state(&self.log.all());
+        self.approvals.set_base(state.id_base());
+        crate::approvals::share(
+            Arc::clone(&self.approvals),
+            Arc::clone(&state),
+            self.stopping.clone(),
+        );
         let _ = self.shared.set(state);
         Ok(())
     }

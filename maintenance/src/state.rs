@@ -122,6 +122,10 @@ impl SharedState {
              replica text NOT NULL, record jsonb NOT NULL)",
             "CREATE TABLE IF NOT EXISTS lakegate_queries (id bigserial PRIMARY KEY, \
              replica text NOT NULL, record jsonb NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS lakegate_approvals (kind text NOT NULL, \
+             replica text NOT NULL, id bigint NOT NULL, item jsonb NOT NULL, \
+             decision boolean, decided_by text, updated_at timestamptz NOT NULL, \
+             PRIMARY KEY (kind, replica, id))",
         ] {
             // Two replicas starting at once may race on CREATE: the loser sees the table.
             if let Err(e) = sqlx::query(ddl).execute(&pool).await
@@ -246,6 +250,179 @@ impl SharedState {
         Ok(rows
             .into_iter()
             .map(|(id, replica, json)| SharedRow { id, replica, json })
+            .collect())
+    }
+}
+
+/// What waits for an operator, shared so any replica lists and decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Maintenance operations the leader holds.
+    Operations,
+    /// Agents' statements, held by the replica running each.
+    Statements,
+}
+
+impl Waiting {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Operations => "operation",
+            Self::Statements => "statement",
+        }
+    }
+}
+
+/// A waiting item as published by the replica holding it.
+#[derive(Debug, Clone)]
+pub struct WaitingItem {
+    /// The replica holding it (the one that runs it once approved).
+    pub replica: String,
+    /// Its id (unique across replicas: see [`SharedState::id_base`]).
+    pub id: u64,
+    /// The item, as JSON text.
+    pub json: String,
+}
+
+/// A decision made on another replica, for the holder to apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteDecision {
+    /// The item's id.
+    pub id: u64,
+    /// Approved (else rejected).
+    pub approve: bool,
+    /// Who decided.
+    pub by: String,
+}
+
+impl SharedState {
+    /// Where this replica's approval ids start: distinct per replica name (the high bits), so
+    /// an id alone names an item estate-wide.
+    pub fn id_base(&self) -> u64 {
+        let hash = self.replica.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        (hash & 0x3FFF) << 40
+    }
+
+    /// Publishes what this replica holds of `kind` now (`(id, json)`): the rows of items no
+    /// longer held go; decisions already written on held items stay for [`Self::decisions`].
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn publish(&self, kind: Waiting, items: &[(u64, String)]) -> Result<()> {
+        let ids: Vec<i64> = items.iter().map(|(id, _)| *id as i64).collect();
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        sqlx::query(
+            "DELETE FROM lakegate_approvals WHERE kind = $1 AND replica = $2 \
+             AND NOT (id = ANY($3))",
+        )
+        .bind(kind.name())
+        .bind(&self.replica)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        for (id, json) in items {
+            sqlx::query(
+                "INSERT INTO lakegate_approvals (kind, replica, id, item, updated_at) \
+                 VALUES ($1, $2, $3, $4::jsonb, now()) ON CONFLICT (kind, replica, id) \
+                 DO UPDATE SET item = EXCLUDED.item, updated_at = now()",
+            )
+            .bind(kind.name())
+            .bind(&self.replica)
+            .bind(*id as i64)
+            .bind(json)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    /// Every replica's waiting items of `kind` (a replica that stopped publishing for three
+    /// lease times is gone, and its items with it; operations are the current leader's only),
+    /// by id.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn waiting(&self, kind: Waiting) -> Result<Vec<WaitingItem>> {
+        let rows: Vec<(String, i64, String)> = sqlx::query_as(
+            "SELECT replica, id, item::text FROM lakegate_approvals WHERE kind = $1 \
+             AND decision IS NULL \
+             AND updated_at > now() - make_interval(secs => $2) \
+             AND ($1 <> 'operation' OR replica IN (SELECT holder FROM lakegate_leases \
+                  WHERE name = $3 AND expires_at >= now())) ORDER BY id",
+        )
+        .bind(kind.name())
+        .bind(3.0 * self.lease.as_secs_f64())
+        .bind(LEADER)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows
+            .into_iter()
+            .map(|(replica, id, json)| WaitingItem {
+                replica,
+                id: id as u64,
+                json,
+            })
+            .collect())
+    }
+
+    /// Records an operator's decision on item `id` (held by any replica); the item, or `None`
+    /// when nothing of `kind` with that id is waiting.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn decide(
+        &self,
+        kind: Waiting,
+        id: u64,
+        approve: bool,
+        by: &str,
+    ) -> Result<Option<WaitingItem>> {
+        let row: Option<(String, i64, String)> = sqlx::query_as(
+            "UPDATE lakegate_approvals SET decision = $3, decided_by = $4 \
+             WHERE kind = $1 AND id = $2 AND decision IS NULL \
+             AND updated_at > now() - make_interval(secs => $5) \
+             RETURNING replica, id, item::text",
+        )
+        .bind(kind.name())
+        .bind(id as i64)
+        .bind(approve)
+        .bind(by)
+        .bind(3.0 * self.lease.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(row.map(|(replica, id, json)| WaitingItem {
+            replica,
+            id: id as u64,
+            json,
+        }))
+    }
+
+    /// Takes the decisions other replicas recorded on this replica's items of `kind`.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn decisions(&self, kind: Waiting) -> Result<Vec<RemoteDecision>> {
+        let rows: Vec<(i64, bool, String)> = sqlx::query_as(
+            "DELETE FROM lakegate_approvals WHERE kind = $1 AND replica = $2 \
+             AND decision IS NOT NULL RETURNING id, decision, coalesce(decided_by, '')",
+        )
+        .bind(kind.name())
+        .bind(&self.replica)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, approve, by)| RemoteDecision {
+                id: id as u64,
+                approve,
+                by,
+            })
             .collect())
     }
 }

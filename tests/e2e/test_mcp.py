@@ -318,6 +318,65 @@ def test_an_expensive_statement_waits_for_approval(agents_gw, expected):
     run(go())
 
 
+def test_a_statement_held_on_one_replica_is_approved_on_another(lake_dir, cfg, tmp_path):
+    """Two gateways sharing `[state]` (a PostgreSQL of their own here): the agent's statement
+    waits on replica a; replica b lists it and an admin approves it there; a runs it."""
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    pg_dir = Path(tempfile.mkdtemp(prefix="lakegate-state-"))  # the postgres user enters it
+    pg_dir.chmod(0o755)
+    subprocess.run([str(scripts / "pg-server.sh"), "start", str(pg_dir / "pg"), str(port)],
+                   check=True, timeout=120)
+    gws = []
+    try:
+        for name in ["a", "b"]:
+            path = tmp_path / f"{name}.toml"
+            path.write_text(cfg.read_text() + f"""
+[state]
+uri = "postgresql://postgres@127.0.0.1:{port}/postgres"
+replica = "{name}"
+poll = "200ms"
+""")
+            gws.append(start_gateway([*wh.flags(str(lake_dir)), "--config", str(path)]))
+        a, b = gws
+        sql = "SELECT count(*) AS n FROM public.orders"
+
+        async def go():
+            async with http_session(a, "agent") as s:
+                waiting = asyncio.create_task(s.call_tool("query", {"sql": sql}))
+                held = None
+                for _ in range(200):
+                    _, body = await asyncio.to_thread(admin_request, b, "GET", "/api/pending")
+                    held = next((p for p in body["pending"] if p["sql"] == sql), None)
+                    if held:
+                        break
+                    await asyncio.sleep(0.05)
+                assert held and held["replica"] == "a", body
+                status, out = await asyncio.to_thread(admin_request, b, "POST",
+                                                      f"/api/pending/{held['id']}/approve")
+                assert status == 200 and out["replica"] == "a", out
+                result = await asyncio.wait_for(waiting, 30)
+                got = answer(result)
+                assert not is_error(result), got
+                assert got["approved_by"] == "admin"
+                return got["rows"]
+        rows = run(go())
+        assert rows and rows[0][0] > 0
+    finally:
+        for gw in gws:
+            gw.proc.terminate()
+            gw.proc.wait(timeout=15)
+        subprocess.run([str(scripts / "pg-server.sh"), "stop", str(pg_dir / "pg")],
+                       check=False, timeout=60)
+        shutil.rmtree(pg_dir, ignore_errors=True)
+
+
 def test_the_budget_cuts_an_agent_off(agents_gw):
     async def go():
         async with http_session(agents_gw, "bot") as s:

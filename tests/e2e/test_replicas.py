@@ -66,6 +66,13 @@ def test_replicas_share_one_maintenance_leader_and_survive_its_death(estate, tmp
         }, schema=arrow))
         n += DAYS * ROWS
     want = (n, n * (n - 1) // 2, sum((i * 7919) % 50_000 for i in range(n)))
+    # A table in manual mode: its operations wait for an operator, whichever replica leads.
+    manual = estate.catalog.create_table("public.r_manual", schema=schema,
+                                         properties={"lakegate.maintenance.mode": "manual"})
+    for c in range(3):
+        manual.append(pa.table({"id": pa.array([c], pa.int64()), "day": ["2026-12-01"],
+                                "customer_id": pa.array([c], pa.int64()),
+                                "payload": ["m"]}, schema=arrow))
     state_uri = f"postgresql://postgres@127.0.0.1:{estate.pg_port}/postgres"
     replicas = {}
     for name in ["r1", "r2", "r3"]:
@@ -78,7 +85,7 @@ min_input_files = 2
 settle_after = "1s"
 keep_snapshots = 100
 orphan_min_age = "1h"
-include = ["public.r_events"]
+include = ["public.r_events", "public.r_manual"]
 log_path = "{tmp_path / (name + '-ops.jsonl')}"
 [state]
 uri = "{state_uri}"
@@ -161,6 +168,37 @@ poll = "300ms"
     state_view = api(survivors[follower], "/api/state")
     assert state_view == {"shared": True, "replica": follower, "leader": new_leader,
                           "leading": False}
+    # The leader holds the manual table's compaction; a follower lists it and approves it.
+    deadline = time.time() + 60
+    while True:
+        held = [o for o in api(survivors[follower], "/api/pending_operations")["operations"]
+                if o["table"] == "public.r_manual" and o["kind"] == "compact"
+                and o["replica"] == new_leader]
+        if held:
+            break
+        assert time.time() < deadline, "the leader's held operation is not listed elsewhere"
+        time.sleep(0.3)
+    req = urllib.request.Request(
+        f"{survivors[follower].http}/api/pending_operations/{held[0]['id']}/approve",
+        method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert json.loads(r.read())["operation"]["replica"] == new_leader
+    deadline = time.time() + 60
+    while True:
+        ran = [o for o in api(survivors[follower], "/api/operations")["operations"]
+               if o["table"] == "public.r_manual" and o["kind"] == "compact"
+               and o["result"] == "ok"]
+        if ran:
+            break
+        assert time.time() < deadline, "the approved operation did not run on the leader"
+        time.sleep(0.3)
+    assert ran[0]["replica"] == new_leader and "approved by local" in ran[0]["reason"], ran
+    # Queries run on other replicas are in this one's history too.
+    with psycopg.connect(survivors[follower].dsn, autocommit=True) as conn:
+        seen = conn.execute("SELECT count(*) FROM lakegate.queries WHERE query LIKE "
+                            "'%sum(customer_id) FROM r_events%'"
+                            ).fetchone()[0]
+    assert seen >= 5, "its own two and the other replicas' checksums"
     print(f"replicas: {leader} killed while compacting; {new_leader} led after "
           f"{takeover:.1f} s (lease {LEASE_S} s); "
           f"{len([o for o in compactions if o['result'] == 'ok'])} compactions, none overlapping")

@@ -103,6 +103,13 @@ fn now_ms() -> i64 {
 }
 
 impl Approvals {
+    /// Numbers requests from `base` on (an id unique across replicas); before any is asked.
+    pub fn set_base(&self, base: u64) {
+        let _ = self
+            .next
+            .compare_exchange(0, base, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
     /// Lists a statement as waiting; the ticket waits for the answer.
     pub fn request(&self, user: &str, sql: &str, reason: &str, scan_bytes: u64) -> Ticket<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
@@ -172,6 +179,50 @@ impl Approvals {
         let kept = self.decided.lock().unwrap_or_else(|p| p.into_inner());
         kept.iter().rev().cloned().collect()
     }
+}
+
+/// Keeps `agents`' waiting statements in the shared database every poll interval until `stop`:
+/// listed there for every replica, and decisions made on other replicas applied here (where
+/// the statement waits).
+pub fn share(
+    agents: std::sync::Arc<super::Agents>,
+    state: std::sync::Arc<lakegate_maintenance::state::SharedState>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use lakegate_maintenance::state::Waiting;
+    agents.approvals.set_base(state.id_base());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(state.poll_interval()) => {}
+            }
+            match state.decisions(Waiting::Statements).await {
+                Ok(decisions) => {
+                    for d in decisions {
+                        let verdict = if d.approve {
+                            Verdict::Approved
+                        } else {
+                            Verdict::Rejected
+                        };
+                        if let Err(e) = agents.approvals.decide(d.id, verdict, &d.by) {
+                            tracing::debug!(error = %e, "decision on a gone statement");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "decisions not read"),
+            }
+            let items: Vec<(u64, String)> = agents
+                .approvals
+                .pending()
+                .into_iter()
+                .filter_map(|r| serde_json::to_string(&r).ok().map(|j| (r.id, j)))
+                .collect();
+            if let Err(e) = state.publish(Waiting::Statements, &items).await {
+                tracing::warn!(error = %e, "held statements not published");
+            }
+        }
+    });
 }
 
 impl Ticket<'_> {

@@ -12,14 +12,51 @@ use serde_json::json;
 
 use super::AppState;
 use crate::agents::approvals::Verdict;
+use lakegate_maintenance::state::Waiting;
 
 /// `GET /api/pending`.
 pub(super) async fn pending(State(s): State<AppState>) -> Json<serde_json::Value> {
     let approvals = &s.service.agents().approvals;
+    let pending = match shared_waiting(&s, Waiting::Statements).await {
+        Some(items) => json!(items),
+        None => json!(approvals.pending()),
+    };
     Json(json!({
-        "pending": approvals.pending(),
+        "pending": pending,
         "decided": approvals.decided().into_iter().take(50).collect::<Vec<_>>(),
     }))
+}
+
+/// With shared state, every replica's waiting items of `kind` (each with its `replica`);
+/// `None` alone, or when the database cannot be read (this replica's own list then).
+async fn shared_waiting(s: &AppState, kind: Waiting) -> Option<Vec<serde_json::Value>> {
+    let state = s.service.maintainer().shared()?;
+    let items = state.waiting(kind).await.ok()?;
+    Some(
+        items
+            .into_iter()
+            .filter_map(|i| {
+                let mut v: serde_json::Value = serde_json::from_str(&i.json).ok()?;
+                v["replica"] = json!(i.replica);
+                Some(v)
+            })
+            .collect(),
+    )
+}
+
+/// A decision on an item another replica holds (recorded for it to apply at its next poll).
+async fn decide_elsewhere(
+    s: &AppState,
+    kind: Waiting,
+    id: u64,
+    approve: bool,
+    by: &str,
+) -> Option<serde_json::Value> {
+    let state = s.service.maintainer().shared()?;
+    let item = state.decide(kind, id, approve, by).await.ok()??;
+    let mut v: serde_json::Value = serde_json::from_str(&item.json).ok()?;
+    v["replica"] = json!(item.replica);
+    Some(v)
 }
 
 /// `POST /api/pending/{id}/approve`.
@@ -28,7 +65,9 @@ pub(super) async fn approve(
     Path(id): Path<u64>,
     request: axum::extract::Request,
 ) -> axum::response::Response {
-    decide(&s, id, Verdict::Approved, &request)
+    let by = decider(&s, &request);
+    drop(request);
+    decide(&s, id, Verdict::Approved, by).await
 }
 
 /// `POST /api/pending/{id}/reject`.
@@ -37,12 +76,17 @@ pub(super) async fn reject(
     Path(id): Path<u64>,
     request: axum::extract::Request,
 ) -> axum::response::Response {
-    decide(&s, id, Verdict::Rejected, &request)
+    let by = decider(&s, &request);
+    drop(request);
+    decide(&s, id, Verdict::Rejected, by).await
 }
 
-/// `GET /api/pending_operations`.
+/// `GET /api/pending_operations` (with shared state, the leader's, from any replica).
 pub(super) async fn pending_operations(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({ "operations": s.service.maintainer().approvals().list() }))
+    match shared_waiting(&s, Waiting::Operations).await {
+        Some(items) => Json(json!({ "operations": items })),
+        None => Json(json!({ "operations": s.service.maintainer().approvals().list() })),
+    }
 }
 
 /// `POST /api/pending_operations/{id}/approve` (`approve`) or `/reject`.
@@ -60,12 +104,18 @@ pub(super) async fn decide_operation(
         Ok(by) => by,
         Err(refused) => return refused,
     };
+    drop(request);
     match s.service.maintainer().approvals().decide(id, approve, &by) {
         Ok(op) => {
             tracing::info!(id, by = %by, approve, table = %op.table, kind = %op.kind, "maintenance operation decided");
             Json(json!({"operation": op, "approved": approve, "by": by})).into_response()
         }
-        Err(e) => (StatusCode::NOT_FOUND, Json(json!({"error": e.to_string()}))).into_response(),
+        Err(e) => match decide_elsewhere(&s, Waiting::Operations, id, approve, &by).await {
+            Some(op) => {
+                Json(json!({"operation": op, "approved": approve, "by": by})).into_response()
+            }
+            None => (StatusCode::NOT_FOUND, Json(json!({"error": e.to_string()}))).into_response(),
+        },
     }
 }
 
@@ -90,18 +140,29 @@ fn decider(
     }
 }
 
-fn decide(
+async fn decide(
     s: &AppState,
     id: u64,
     verdict: Verdict,
-    request: &axum::extract::Request,
+    by: Result<String, axum::response::Response>,
 ) -> axum::response::Response {
-    let by = match decider(s, request) {
+    let by = match by {
         Ok(by) => by,
         Err(refused) => return refused,
     };
     match s.service.agents().approvals.decide(id, verdict, &by) {
         Ok(decided) => Json(json!(decided)).into_response(),
-        Err(e) => (StatusCode::NOT_FOUND, Json(json!({"error": e.to_string()}))).into_response(),
+        Err(e) => {
+            let approve = verdict == Verdict::Approved;
+            match decide_elsewhere(s, Waiting::Statements, id, approve, &by).await {
+                Some(mut request) => {
+                    request["decision"] = json!({"verdict": verdict, "by": by});
+                    Json(request).into_response()
+                }
+                None => {
+                    (StatusCode::NOT_FOUND, Json(json!({"error": e.to_string()}))).into_response()
+                }
+            }
+        }
     }
 }
