@@ -74,16 +74,10 @@ impl fmt::Display for Window {
 
 /// Windows from a JSON array (a config rule's list) or comma-separated (a table property).
 pub fn parse_windows(text: &str) -> Result<Vec<Window>, String> {
-    let items: Vec<String> = if text.trim_start().starts_with('[') {
-        serde_json::from_str(text).map_err(|e| format!("`{text}`: {e}"))?
-    } else {
-        text.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    items.into_iter().map(Window::try_from).collect()
+    crate::policy::list(text)?
+        .into_iter()
+        .map(Window::try_from)
+        .collect()
 }
 
 /// Windows as a table property would hold them.

@@ -116,19 +116,23 @@ fn show_kinds(kinds: &[OperationKind]) -> String {
     kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
 }
 
-/// Kinds of operation: a JSON array (a config rule's list) or comma-separated names (a table
-/// property).
-fn kinds(text: &str) -> Result<Vec<OperationKind>, String> {
-    let names: Vec<String> = if text.trim_start().starts_with('[') {
-        serde_json::from_str(text).map_err(|e| format!("`{text}`: {e}"))?
+/// A list value: a JSON array (a config rule's list) or comma-separated (a table property).
+pub(crate) fn list(text: &str) -> Result<Vec<String>, String> {
+    if text.trim_start().starts_with('[') {
+        serde_json::from_str(text).map_err(|e| format!("`{text}`: {e}"))
     } else {
-        text.split(',')
+        Ok(text
+            .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(str::to_string)
-            .collect()
-    };
-    names
+            .collect())
+    }
+}
+
+/// Kinds of operation, as a [`list`].
+fn kinds(text: &str) -> Result<Vec<OperationKind>, String> {
+    list(text)?
         .iter()
         .map(|n| {
             serde_json::from_value::<OperationKind>(serde_json::Value::String(n.clone())).map_err(
