@@ -209,6 +209,7 @@ impl Maintainer {
             sort_memory: config.sort_memory,
             branch: None,
         };
+        let mut sample_done = false;
         let sort = match layout::standing(&a.table, work.sort) {
             Standing::Applied => work.sort.to_vec(),
             Standing::Rejected(kept) => kept,
@@ -221,7 +222,9 @@ impl Maintainer {
                     let v = self
                         .try_layout(&a.health.table, job(sample, work.sort.to_vec()), &hot)
                         .await?;
-                    if v.fast_forwarded && single {
+                    if v.fast_forwarded {
+                        // The sample (the first group) is on main already.
+                        sample_done = true;
                         o.files_after = v.compacted.files_out as u64;
                         o.bytes_after = v.compacted.bytes_out;
                         o.snapshot_after = Some(v.branch_snapshot);
@@ -231,7 +234,9 @@ impl Maintainer {
                             work.sort.join(", "),
                             layout::BRANCH
                         );
-                        return Ok(o);
+                        if single {
+                            return Ok(o);
+                        }
                     }
                     if v.applied {
                         work.sort.to_vec()
@@ -243,6 +248,7 @@ impl Maintainer {
         };
         let metadata = a.table.metadata();
         if let Some(executor) = self.executor()
+            && !sample_done
             && work.bytes >= config.executor_min_bytes
             && let (Some(spec), Some(data)) = (
                 metadata.partition_spec_by_id(spec_id),
@@ -257,39 +263,23 @@ impl Maintainer {
                 sort: sort.clone(),
                 target_file_size: config.target_file_size,
             };
-            executor.rewrite(&job).await?;
-            let table = self.committer().load(ident).await?;
-            let after = match table.metadata().current_snapshot() {
-                Some(s) => {
-                    Some(crate::inventory::Inventory::load(&table, s, self.manifests()).await?)
-                }
-                None => None,
-            };
-            let now: Vec<&LiveFile> = after
-                .iter()
-                .flat_map(|i| i.files.iter())
-                .filter(|f| f.is_data() && f.spec_id == spec_id && f.partition == partition)
-                .collect();
-            o.files_after = now.len() as u64;
-            o.bytes_after = now.iter().map(|f| f.bytes()).sum();
-            let snapshot = table.metadata().current_snapshot_id();
-            o.noop = snapshot == Some(inv.snapshot.snapshot_id());
-            o.snapshot_after = snapshot;
-            o.detail = format!(
-                "executor=spark: rewrite_data_files{}{}",
-                if sort.is_empty() {
-                    String::new()
-                } else {
-                    format!(", sorted by {}", sort.join(", "))
-                },
-                job.filter
-                    .as_deref()
-                    .map_or(String::new(), |f| format!(", where {f}"))
-            );
-            return Ok(o);
+            return self
+                .hand_over(
+                    ident,
+                    executor,
+                    &job,
+                    (spec_id, partition),
+                    inv.snapshot.snapshot_id(),
+                    o,
+                )
+                .await;
         }
-        let mut details = Vec::new();
-        for group in groups {
+        let mut details: Vec<String> = if sample_done {
+            vec![std::mem::take(&mut o.detail)]
+        } else {
+            Vec::new()
+        };
+        for group in groups.into_iter().skip(usize::from(sample_done)) {
             let c = compact::run(
                 self.committer(),
                 self.manifests(),
@@ -315,6 +305,46 @@ impl Maintainer {
             details.push(detail);
         }
         o.detail = details.join("; ");
+        Ok(o)
+    }
+
+    /// Runs `job` on the executor and reports the partition `(spec id, label)` as it is after.
+    async fn hand_over(
+        &self,
+        ident: &TableIdent,
+        executor: &crate::executor::SparkExecutor,
+        job: &crate::executor::BigJob,
+        (spec_id, partition): (i32, &str),
+        start: i64,
+        mut o: Outcome,
+    ) -> Result<Outcome> {
+        executor.rewrite(job).await?;
+        let table = self.committer().load(ident).await?;
+        let after = match table.metadata().current_snapshot() {
+            Some(s) => Some(crate::inventory::Inventory::load(&table, s, self.manifests()).await?),
+            None => None,
+        };
+        let now: Vec<&LiveFile> = after
+            .iter()
+            .flat_map(|i| i.files.iter())
+            .filter(|f| f.is_data() && f.spec_id == spec_id && f.partition == partition)
+            .collect();
+        o.files_after = now.len() as u64;
+        o.bytes_after = now.iter().map(|f| f.bytes()).sum();
+        let snapshot = table.metadata().current_snapshot_id();
+        o.noop = snapshot == Some(start);
+        o.snapshot_after = snapshot;
+        o.detail = format!(
+            "executor=spark: rewrite_data_files{}{}",
+            if job.sort.is_empty() {
+                String::new()
+            } else {
+                format!(", sorted by {}", job.sort.join(", "))
+            },
+            job.filter
+                .as_deref()
+                .map_or(String::new(), |f| format!(", where {f}"))
+        );
         Ok(o)
     }
 

@@ -238,8 +238,8 @@ def test_orphan_removal_spares_a_file_in_flight(tmp_path):
 
 def test_orphan_age_threshold_follows_the_writers_write_to_commit_gap(tmp_path):
     """A writer that holds a written file 3 s before committing it: with a floor of 1 s, orphan
-    removal waits 3 × 3 s for unreferenced files, so another file of that writer, 2 s old, is
-    kept, while one abandoned long ago is deleted."""
+    removal waits 3 × its gap (9 s or more) for unreferenced files, so another file of that
+    writer, 2 s old, is kept, while one abandoned long ago is deleted."""
     cat = wh.catalog(str(tmp_path))
     cat.create_namespace("public")
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
@@ -263,8 +263,12 @@ def test_orphan_age_threshold_follows_the_writers_write_to_commit_gap(tmp_path):
     assert pending.exists(), "younger than 3 x the writer's gap: kept"
     op = [o for o in operations(tmp_path) if o["kind"] == "remove_orphans"][-1]
     assert op["files_deleted"] == 1, op
-    assert re.search(r"threshold (9|10)s \(3× the longest write-to-commit gap seen, 3s\)",
-                     op["detail"]), op
+    # At least the 3 s the writer held its file (more when the machine is loaded).
+    found = re.search(r"threshold (\d+)s \(3× the longest write-to-commit gap seen, (\d+)s\)",
+                      op["detail"])
+    assert found, op
+    threshold, gap = int(found.group(1)), int(found.group(2))
+    assert gap >= 3 and 3 * gap <= threshold <= 3 * (gap + 1), op
 
 
 def overlap(table, column: str) -> float:
