@@ -173,7 +173,7 @@ def test_orphans_on_s3_are_listed_and_removed(s3_lake, s3_gateway, tmp_path):
     urllib.request.urlopen(urllib.request.Request(url, data=b"junk", method="PUT"),
                            timeout=10).close()
     time.sleep(2)
-    maintain(s3_lake, tmp_path, min_input_files=1000, orphan_min_age="1s")
+    sweep_orphans(s3_lake, tmp_path)
     with pytest.raises(urllib.error.HTTPError) as gone:
         urllib.request.urlopen(url, timeout=10)
     assert gone.value.code == 404
@@ -188,6 +188,20 @@ def maintain(s3_lake, tmp_path, min_input_files: int, orphan_min_age: str) -> st
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
+
+
+def sweep_orphans(s3_lake, tmp_path) -> None:
+    """Orphan removal with a 1 s floor, run again past the threshold when the writers'
+    write-to-commit gap raised it (3× the longest seen) and young files were kept."""
+    maintain(s3_lake, tmp_path, min_input_files=1000, orphan_min_age="1s")
+    ops = [json.loads(l) for l in (tmp_path / "ops.jsonl").read_text().splitlines()]
+    detail = [o for o in ops if o["kind"] == "remove_orphans"][-1]["detail"]
+    raised = re.search(r"threshold ((?:\d+[hms] ?)+) \(3×", detail)
+    if raised and not re.search(r", 0 unreferenced but younger", detail):
+        unit = {"h": 3600, "m": 60, "s": 1}
+        time.sleep(sum(int(n) * unit[u] for n, u in re.findall(r"(\d+)([hms])",
+                                                                 raised.group(1))) + 1)
+        maintain(s3_lake, tmp_path, min_input_files=1000, orphan_min_age="1s")
 
 
 def maintenance_cmd(s3_lake, tmp_path, min_input_files: int, orphan_min_age: str,
@@ -422,18 +436,7 @@ def test_a_compaction_killed_mid_write_commits_nothing(s3_lake, s3_gateway, tmp_
     orphans = stored() - existing
     assert orphans, "the killed run had written a data file"
     time.sleep(2)
-    maintain(s3_lake, tmp_path, min_input_files=1000, orphan_min_age="1s")
-    if orphans & stored():
-        # Younger than the threshold the writers' write-to-commit gap sets (3× the longest seen,
-        # above the 1 s floor): the next sweep past it removes them.
-        ops = [json.loads(l) for l in (tmp_path / "ops.jsonl").read_text().splitlines()]
-        detail = [o for o in ops if o["kind"] == "remove_orphans"][-1]["detail"]
-        threshold = re.search(r"threshold ((?:\d+[hms] ?)+) \(", detail)
-        assert threshold and "write-to-commit gap" in detail, detail
-        unit = {"h": 3600, "m": 60, "s": 1}
-        seconds = sum(int(n) * unit[u] for n, u in re.findall(r"(\d+)([hms])", threshold.group(1)))
-        time.sleep(seconds + 1)
-        maintain(s3_lake, tmp_path, min_input_files=1000, orphan_min_age="1s")
+    sweep_orphans(s3_lake, tmp_path)
     assert not (orphans & stored()), orphans & stored()
     assert answer(s3_gateway, sql, "datafusion") == before
 
