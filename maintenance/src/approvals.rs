@@ -186,42 +186,31 @@ impl Approvals {
     }
 }
 
-/// Keeps `approvals` in the shared database every poll interval until `stop`: what the leader
-/// holds is listed there for every replica, and decisions made on other replicas are applied.
+/// Keeps `approvals` in the shared database until `stop`: what the leader holds is listed there
+/// for every replica, and decisions made on other replicas are applied here.
 pub fn share(
     approvals: std::sync::Arc<Approvals>,
     state: std::sync::Arc<crate::state::SharedState>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    use crate::state::Waiting;
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(state.poll_interval()) => {}
-            }
-            match state.decisions(Waiting::Operations).await {
-                Ok(decisions) => {
-                    for d in decisions {
-                        match approvals.decide(d.id, d.approve, &d.by) {
-                            Ok(op) => tracing::info!(id = d.id, by = %d.by, approve = d.approve,
-                                table = %op.table, "maintenance operation decided on another replica"),
-                            Err(e) => tracing::debug!(error = %e, "decision on a gone operation"),
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "decisions not read"),
-            }
-            let items: Vec<(u64, String)> = approvals
+    let listed = std::sync::Arc::clone(&approvals);
+    crate::state::share_waiting(
+        state,
+        crate::state::Waiting::Operations,
+        stop,
+        move || {
+            listed
                 .list()
                 .into_iter()
                 .filter_map(|o| serde_json::to_string(&o).ok().map(|j| (o.id, j)))
-                .collect();
-            if let Err(e) = state.publish(Waiting::Operations, &items).await {
-                tracing::warn!(error = %e, "held operations not published");
-            }
-        }
-    });
+                .collect()
+        },
+        move |d| match approvals.decide(d.id, d.approve, &d.by) {
+            Ok(op) => tracing::info!(id = d.id, by = %d.by, approve = d.approve,
+                table = %op.table, "maintenance operation decided on another replica"),
+            Err(e) => tracing::debug!(error = %e, "decision on a gone operation"),
+        },
+    );
 }
 
 #[cfg(test)]

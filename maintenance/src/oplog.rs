@@ -251,6 +251,11 @@ impl OperationLog {
         self.lock().records.iter().cloned().collect()
     }
 
+    /// How many kept records `matches` accepts (no copies).
+    pub fn count(&self, matches: impl Fn(&OperationRecord) -> bool) -> usize {
+        self.lock().records.iter().filter(|r| matches(r)).count()
+    }
+
     /// Appends a record another replica wrote (a fresh local id; its replica kept).
     fn merge(&self, mut record: OperationRecord) {
         let mut inner = self.lock();

@@ -427,6 +427,32 @@ impl SharedState {
     }
 }
 
+/// Keeps a replica's waiting items of `kind` in the database every poll interval until `stop`:
+/// `held()` is published, and each decision another replica recorded goes to `apply`.
+pub fn share_waiting(
+    state: Arc<SharedState>,
+    kind: Waiting,
+    stop: tokio_util::sync::CancellationToken,
+    held: impl Fn() -> Vec<(u64, String)> + Send + 'static,
+    apply: impl Fn(RemoteDecision) + Send + 'static,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(state.poll_interval()) => {}
+            }
+            match state.decisions(kind).await {
+                Ok(decisions) => decisions.into_iter().for_each(&apply),
+                Err(e) => tracing::warn!(error = %e, ?kind, "decisions not read"),
+            }
+            if let Err(e) = state.publish(kind, &held()).await {
+                tracing::warn!(error = %e, ?kind, "waiting items not published");
+            }
+        }
+    });
+}
+
 /// The table lock's lease name.
 pub fn table_lock(key: &str) -> String {
     format!("table:{key}")

@@ -181,48 +181,38 @@ impl Approvals {
     }
 }
 
-/// Keeps `agents`' waiting statements in the shared database every poll interval until `stop`:
-/// listed there for every replica, and decisions made on other replicas applied here (where
-/// the statement waits).
+/// Keeps `agents`' waiting statements in the shared database until `stop`: listed there for
+/// every replica, and decisions made on other replicas applied here (where the statement waits).
 pub fn share(
     agents: std::sync::Arc<super::Agents>,
     state: std::sync::Arc<lakegate_maintenance::state::SharedState>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    use lakegate_maintenance::state::Waiting;
     agents.approvals.set_base(state.id_base());
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(state.poll_interval()) => {}
-            }
-            match state.decisions(Waiting::Statements).await {
-                Ok(decisions) => {
-                    for d in decisions {
-                        let verdict = if d.approve {
-                            Verdict::Approved
-                        } else {
-                            Verdict::Rejected
-                        };
-                        if let Err(e) = agents.approvals.decide(d.id, verdict, &d.by) {
-                            tracing::debug!(error = %e, "decision on a gone statement");
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "decisions not read"),
-            }
-            let items: Vec<(u64, String)> = agents
+    let listed = std::sync::Arc::clone(&agents);
+    lakegate_maintenance::state::share_waiting(
+        state,
+        lakegate_maintenance::state::Waiting::Statements,
+        stop,
+        move || {
+            listed
                 .approvals
                 .pending()
                 .into_iter()
                 .filter_map(|r| serde_json::to_string(&r).ok().map(|j| (r.id, j)))
-                .collect();
-            if let Err(e) = state.publish(Waiting::Statements, &items).await {
-                tracing::warn!(error = %e, "held statements not published");
+                .collect()
+        },
+        move |d| {
+            let verdict = if d.approve {
+                Verdict::Approved
+            } else {
+                Verdict::Rejected
+            };
+            if let Err(e) = agents.approvals.decide(d.id, verdict, &d.by) {
+                tracing::debug!(error = %e, "decision on a gone statement");
             }
-        }
-    });
+        },
+    );
 }
 
 impl Ticket<'_> {

@@ -333,12 +333,19 @@ impl QueryHistory {
         if let Some(m) = self.metrics.get() {
             m.observe(&record);
         }
-        if let Some((replica, to_db)) = self.shared.get() {
+        if let Some((replica, _)) = self.shared.get() {
             record.replica = replica.clone();
-            let _ = to_db.send(to_json(&record));
         }
-        if let Some(file) = &self.file {
-            let _ = file.send(to_json(&record));
+        let sinks = (self.shared.get().map(|s| &s.1), self.file.as_ref());
+        if sinks.0.is_some() || sinks.1.is_some() {
+            // One serialization for the file and the database.
+            let json = to_json(&record);
+            if let Some(to_db) = sinks.0 {
+                let _ = to_db.send(json.clone());
+            }
+            if let Some(file) = sinks.1 {
+                let _ = file.send(json);
+            }
         }
         self.keep(record);
     }

@@ -201,24 +201,17 @@ impl Maintainer {
             let _lock = match self.shared.get() {
                 None => None,
                 Some(state) => {
-                    match crate::state::Held::take(state, crate::state::table_lock(&p.table)).await
-                    {
-                        Ok(Some(lock)) => Some(lock),
-                        Ok(None) => {
-                            progress(&format!(
-                                "{} {}: another gateway is working on the table",
-                                p.action.kind(),
-                                p.table
-                            ));
-                            held.insert(p.table.clone());
-                            continue;
-                        }
-                        Err(e) => {
-                            progress(&format!(
-                                "{} {}: table lock unavailable ({e}); not run",
-                                p.action.kind(),
-                                p.table
-                            ));
+                    let taken =
+                        crate::state::Held::take(state, crate::state::table_lock(&p.table)).await;
+                    let why = match taken {
+                        Ok(Some(lock)) => Ok(lock),
+                        Ok(None) => Err("another gateway is working on the table".to_string()),
+                        Err(e) => Err(format!("table lock unavailable ({e}); not run")),
+                    };
+                    match why {
+                        Ok(lock) => Some(lock),
+                        Err(why) => {
+                            progress(&format!("{} {}: {why}", p.action.kind(), p.table));
                             held.insert(p.table.clone());
                             continue;
                         }
@@ -285,18 +278,14 @@ impl Maintainer {
     /// Operations run on `table` in the last hour (its `policies`-mode budget).
     fn ran_last_hour(&self, table: &str) -> usize {
         let since = chrono::Utc::now().timestamp_micros() - 3_600_000_000;
-        self.log
-            .all()
-            .iter()
-            .filter(|r| {
-                r.table == table
-                    && r.started_us >= since
-                    && !matches!(
-                        r.kind,
-                        OperationKind::PolicyChange | OperationKind::LayoutExperiment
-                    )
-            })
-            .count()
+        self.log.count(|r| {
+            r.table == table
+                && r.started_us >= since
+                && !matches!(
+                    r.kind,
+                    OperationKind::PolicyChange | OperationKind::LayoutExperiment
+                )
+        })
     }
 
     /// The approval gate of a planned operation that needs one: who approved it for the table as
