@@ -74,41 +74,29 @@ if [ ! -x "$FLINK_VENV/bin/python" ] || ! cmp -s "$REQ_FLINK" "$FLINK_VENV/.requ
   "$FLINK_VENV/bin/pip" install -q --no-deps -r "$REQ_FLINK"
   cp "$REQ_FLINK" "$FLINK_VENV/.requirements"
 fi
+JARS="$CACHE/jars"
+# maven_jar GROUP:NAME:VERSION DIR: the jar from Maven Central into DIR, once.
+maven_jar() {
+  local name version
+  IFS=: read -r _ name version <<<"$1"
+  if [ ! -f "$2/$name-$version.jar" ]; then
+    echo "setup: $name $version from Maven Central"
+    mkdir -p "$2"
+    mvn -q dependency:copy -Dartifact="$1" -DoutputDirectory="$2" >/dev/null
+  fi
+}
 for ARTIFACT in org.apache.iceberg:iceberg-flink-runtime-2.1:1.11.0 \
     org.apache.hadoop:hadoop-client-api:3.4.2 org.apache.hadoop:hadoop-client-runtime:3.4.2; do
-  IFS=: read -r _group name version <<<"$ARTIFACT"
-  if [ ! -f "$CACHE/jars/flink/$name-$version.jar" ]; then
-    echo "setup: $name $version from Maven Central"
-    mkdir -p "$CACHE/jars/flink"
-    mvn -q dependency:copy -Dartifact="$ARTIFACT" -DoutputDirectory="$CACHE/jars/flink" >/dev/null
-  fi
+  maven_jar "$ARTIFACT" "$JARS/flink"
 done
-
-JARS="$CACHE/jars"
 # pgJDBC: the newest release and the older line the tests also run.
-for PGJDBC_VERSION in 42.7.14 42.7.4; do
-  if [ ! -f "$JARS/postgresql-$PGJDBC_VERSION.jar" ]; then
-    echo "setup: pgJDBC $PGJDBC_VERSION from Maven Central"
-    mkdir -p "$JARS"
-    mvn -q dependency:copy -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
-  fi
-done
 # HikariCP (the pool Metabase, DBeaver and most JVM apps use): newest and older line, with the
-# slf4j API it logs through.
-for ARTIFACT in com.zaxxer:HikariCP:7.1.0 com.zaxxer:HikariCP:6.3.3 org.slf4j:slf4j-api:2.0.17; do
-  IFS=: read -r _group name version <<<"$ARTIFACT"
-  if [ ! -f "$JARS/$name-$version.jar" ]; then
-    echo "setup: $name $version from Maven Central"
-    mkdir -p "$JARS"
-    mvn -q dependency:copy -Dartifact="$ARTIFACT" -DoutputDirectory="$JARS" >/dev/null
-  fi
+# slf4j API it logs through. The Arrow Flight SQL JDBC driver.
+for ARTIFACT in org.postgresql:postgresql:42.7.14 org.postgresql:postgresql:42.7.4 \
+    com.zaxxer:HikariCP:7.1.0 com.zaxxer:HikariCP:6.3.3 org.slf4j:slf4j-api:2.0.17 \
+    org.apache.arrow:flight-sql-jdbc-driver:18.3.0; do
+  maven_jar "$ARTIFACT" "$JARS"
 done
-FLIGHT_JDBC_VERSION=18.3.0
-if [ ! -f "$JARS/flight-sql-jdbc-driver-$FLIGHT_JDBC_VERSION.jar" ]; then
-  echo "setup: Arrow Flight SQL JDBC driver $FLIGHT_JDBC_VERSION from Maven Central"
-  mkdir -p "$JARS"
-  mvn -q dependency:copy -Dartifact="org.apache.arrow:flight-sql-jdbc-driver:$FLIGHT_JDBC_VERSION" -DoutputDirectory="$JARS" >/dev/null
-fi
 # DuckDB's Iceberg extension for the bundled DuckDB (the `duckdb` crate 1.10505 = DuckDB 1.5.5):
 # PyPI's duckdb-extension-* wheels carry the binaries; lakegate loads them offline.
 DUCKDB_VERSION=1.5.5
