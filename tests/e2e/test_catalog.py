@@ -287,6 +287,29 @@ def test_a_lake_querys_row_description_is_postgresqls(engine_estate, lakegate_ur
     assert described(lakegate_url) == described(engine_estate.oracle)
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT 1",
+    "select 0 AS Big, true, false AS \"Ok\", 2147483648, 9223372036854775807",
+])
+def test_a_row_of_literals_is_postgresqls(engine_estate, lakegate_url, sql):
+    """A pool's validation query is answered by the gateway itself (service/constant.rs):
+    names, types, rows and the command tag as PostgreSQL's, in text and binary, over the
+    simple and the extended protocol."""
+    def answered(url):
+        out = []
+        with psycopg.connect(url, autocommit=True) as conn:
+            for binary in (False, True):
+                for prepare in (False, True):
+                    cur = conn.cursor(binary=binary)
+                    cur.execute(sql, prepare=prepare)
+                    out.append(([(d.name, d.type_code) for d in cur.description],
+                                cur.fetchall(), cur.statusmessage))
+            # The simple protocol (no parameters, no prepare).
+            out.append(conn.pgconn.exec_(sql.encode()).get_value(0, 0))
+        return out
+    assert answered(lakegate_url) == answered(engine_estate.oracle)
+
+
 def test_errors_are_postgresqls(lakegate_url):
     with psycopg.connect(lakegate_url, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.UndefinedTable) as e:

@@ -7,6 +7,19 @@
 //! (`SQLITE_BUSY`) or any other failure gives `None`, and the caller takes the sqlx path,
 //! which waits its turn as before. Each read is its own transaction, so it sees every commit
 //! that finished before it began.
+//!
+//! Most statements find nothing committed since the last one: SQLite's file header carries a
+//! change counter that every commit in rollback-journal mode increments (its own page cache
+//! relies on it). A lookup first reads those 100 bytes (one `pread`), and when the counter is
+//! the one its kept answer for the table was read under, that answer stands: no lock, no
+//! transaction. The counter is read before the row, so a commit in between only costs one more
+//! read later. A WAL database (header versions 2) does not keep the counter per commit and is
+//! always read; so is a file replaced under the same path (another inode).
+
+use std::collections::HashMap;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tracing::debug;
@@ -21,6 +34,12 @@ pub(super) struct SqliteTokens {
     path: String,
     query: String,
     idle: Idle<Connection>,
+    /// The file, for its header (and the inode it was opened at).
+    header: Mutex<Option<(std::fs::File, u64)>>,
+    /// Each table's last answer and the change counter it was read under.
+    kept: Mutex<HashMap<String, (u32, Option<String>)>>,
+    /// Rows read (not answered from `kept`).
+    reads: AtomicU64,
 }
 
 impl SqliteTokens {
@@ -35,19 +54,64 @@ impl SqliteTokens {
             path: path.to_string(),
             query: query.to_string(),
             idle: Idle::new(IDLE),
+            header: Mutex::new(None),
+            kept: Mutex::new(HashMap::new()),
+            reads: AtomicU64::new(0),
         })
+    }
+
+    /// The header's change counter, when it tells every commit apart (rollback-journal mode,
+    /// the file still at `path`).
+    fn change_counter(&self) -> Option<u32> {
+        let inode = std::fs::metadata(&self.path).ok()?.ino();
+        let mut header = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        if header.as_ref().is_none_or(|(_, at)| *at != inode) {
+            let file = std::fs::File::open(&self.path).ok()?;
+            let at = file.metadata().ok()?.ino();
+            *header = Some((file, at));
+        }
+        let (file, _) = header.as_ref()?;
+        let mut bytes = [0u8; 28];
+        file.read_exact_at(&mut bytes, 0).ok()?;
+        let rollback = bytes[18] == 1 && bytes[19] == 1;
+        rollback.then(|| u32::from_be_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]))
+    }
+
+    /// Rows read from the file so far (tests: what the header spared).
+    #[cfg(test)]
+    fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
     }
 
     /// The table's metadata location: `Some(None)` when there is no such table (or it is
     /// being created), `None` when this path could not read it now.
     pub(super) fn lookup(&self, binds: [&str; 3]) -> Option<Option<String>> {
+        let counter = self.change_counter();
+        let key = binds.join("\u{0}");
+        if let Some(counter) = counter {
+            let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, location)) = kept.get(&key)
+                && *at == counter
+            {
+                return Some(location.clone());
+            }
+        }
         let connection = match self.idle.take() {
             Some(c) => c,
             None => self.open()?,
         };
+        self.reads.fetch_add(1, Ordering::Relaxed);
         match read(&connection, &self.query, binds) {
             Ok(location) => {
                 self.idle.give_back(connection);
+                if let Some(counter) = counter {
+                    let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+                    // Tables come and go: a bound far above any lake's table count.
+                    if kept.len() >= 100_000 {
+                        kept.clear();
+                    }
+                    kept.insert(key, (counter, location.clone()));
+                }
                 Some(location)
             }
             Err(e) => {
@@ -110,6 +174,16 @@ mod tests {
             Some(Some("v1.json".into()))
         );
         assert_eq!(tokens.lookup(["c", "shop", "missing"]), Some(None));
+        let reads = tokens.reads();
+        assert_eq!(
+            tokens.lookup(["c", "shop", "orders"]),
+            Some(Some("v1.json".into()))
+        );
+        assert_eq!(
+            tokens.reads(),
+            reads,
+            "nothing committed: the header answers"
+        );
         writer
             .execute(
                 "UPDATE iceberg_tables SET metadata_location = 'v2.json'",
@@ -121,13 +195,58 @@ mod tests {
             Some(Some("v2.json".into())),
             "a reused connection sees the commit"
         );
-        // A writer holding the database's exclusive lock: no waiting, the caller goes async.
+        // A writer holding the lock with nothing committed since: the kept answer is the
+        // committed state, and stands.
+        writer.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+        assert_eq!(
+            tokens.lookup(["c", "shop", "orders"]),
+            Some(Some("v2.json".into()))
+        );
+        writer.execute_batch("COMMIT").expect("unlock");
+        // A commit, then a writer holding the database's exclusive lock: the file must be
+        // read, and it is not waited for — the caller goes through sqlx.
+        writer
+            .execute(
+                "UPDATE iceberg_tables SET metadata_location = 'v3.json'",
+                [],
+            )
+            .expect("commit");
         writer.execute_batch("BEGIN EXCLUSIVE").expect("lock");
         let started = std::time::Instant::now();
         assert_eq!(tokens.lookup(["c", "shop", "orders"]), None);
         assert!(started.elapsed() < std::time::Duration::from_millis(500));
         writer.execute_batch("COMMIT").expect("unlock");
-        assert!(tokens.lookup(["c", "shop", "orders"]).is_some());
+        assert_eq!(
+            tokens.lookup(["c", "shop", "orders"]),
+            Some(Some("v3.json".into()))
+        );
         assert!(SqliteTokens::new("sqlite::memory:", QUERY).is_none());
+    }
+
+    #[test]
+    fn a_wal_catalog_is_read_every_time() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("c.db");
+        let writer = Connection::open(&path).expect("open");
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode = WAL;
+                 CREATE TABLE iceberg_tables (catalog_name TEXT, table_namespace TEXT, \
+                 table_name TEXT, metadata_location TEXT);
+                 INSERT INTO iceberg_tables VALUES ('c', 'shop', 'orders', 'v1.json');",
+            )
+            .expect("schema");
+        let tokens =
+            SqliteTokens::new(&format!("sqlite://{}", path.display()), QUERY).expect("a file");
+        for version in ["v2.json", "v3.json"] {
+            writer
+                .execute("UPDATE iceberg_tables SET metadata_location = ?", [version])
+                .expect("commit");
+            assert_eq!(
+                tokens.lookup(["c", "shop", "orders"]),
+                Some(Some(version.into()))
+            );
+        }
+        assert_eq!(tokens.reads(), 2);
     }
 }

@@ -44,9 +44,11 @@ impl GatewayService {
             return vec![];
         };
         let default_schema = session.default_schema();
+        // The gateway answers what reads the lake, and rows of literals (`SELECT 1`).
         let reads_tables = |s: &Statement| {
-            classify::references(s, &default_schema)
-                .map_or(true, |r| !r.lake.is_empty() || !r.system.is_empty())
+            super::constant::of(s).is_some()
+                || classify::references(s, &default_schema)
+                    .map_or(true, |r| !r.lake.is_empty() || !r.system.is_empty())
         };
         if parsed.iter().all(reads_tables) {
             return vec![];
@@ -65,6 +67,9 @@ impl GatewayService {
         let forwardable: Vec<Option<bool>> = statements
             .iter()
             .map(|s| {
+                if super::constant::of(s).is_some() {
+                    return None;
+                }
                 let refs = classify::references(s, &default_schema).ok()?;
                 route::forwardable(s, &refs).then_some(refs.catalog)
             })

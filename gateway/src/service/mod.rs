@@ -7,6 +7,7 @@
 //!             describe the planner's schema for the plan                 (describe.rs)
 //!             execute  history → cache or run → limits → cancel/deadline (query.rs, cache.rs)
 //!                      run: admission → first engine that answers        (run.rs)
+//!   a row of literals (`SELECT 1`): answered at once                     (constant.rs)
 //!   SET/SHOW/RESET, BEGIN/COMMIT, DECLARE/FETCH/CLOSE, EXPLAIN ROUTE     (hooks/)
 //!   lakegate.* tables                                                    (system/)
 //! ```
@@ -26,6 +27,7 @@ pub mod cache;
 pub mod catalog;
 #[cfg(test)]
 mod classify_tests;
+pub mod constant;
 pub mod context;
 mod describe;
 pub mod engines;
@@ -295,6 +297,14 @@ impl GatewayService {
         }
         match classify::kind(statement) {
             StatementKind::Query => {
+                if let Some(c) = constant::of(statement) {
+                    return Ok(Some(Described {
+                        param_types: vec![],
+                        schema: c.schema,
+                        features: Default::default(),
+                        constructs: Default::default(),
+                    }));
+                }
                 let settings = self.engine_settings(session);
                 let plan = ctx.guard(self.plan(statement, None, settings, ctx)).await?;
                 Ok(Some(ctx.guard(self.description(&plan)).await?))
@@ -364,6 +374,14 @@ impl GatewayService {
         let kind = classify::kind(statement);
         match kind {
             StatementKind::Query => {
+                if let Some(c) = constant::of(statement) {
+                    let pending = self.history.start(ctx, statement.to_string());
+                    let rows = query::batches_stream(c.schema, vec![c.batch]);
+                    return Ok(QueryOutput::Rows {
+                        stream: pending.track(self.history.clone(), rows),
+                        tag: "SELECT",
+                    });
+                }
                 // `set_config()` may change the routing the context was made with.
                 let refreshed;
                 let ctx = if settings::apply_set_config(statement, session)? {
