@@ -375,7 +375,9 @@ impl GatewayService {
         match kind {
             StatementKind::Query => {
                 if let Some(c) = constant::of(statement) {
-                    let pending = self.history.start(ctx, statement.to_string());
+                    let mut pending = self.history.start(ctx, statement.to_string());
+                    pending.record.shape = Some(crate::profile::Shape::Metadata);
+                    pending.record.route = Some(plan::Route::Planner);
                     let rows = query::batches_stream(c.schema, vec![c.batch]);
                     return Ok(QueryOutput::Rows {
                         stream: pending.track(self.history.clone(), rows),
