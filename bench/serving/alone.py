@@ -1,0 +1,69 @@
+"""One gateway alone under pgbench, optionally under perf: the A/B and profiling companion of
+serving.py (which runs three gateways beside PostgreSQL, where rows move by about ±25%).
+
+    .cache/venv/bin/python bench/serving/alone.py CASE [extended|simple] [SECONDS] [--perf]
+
+CASE is a substring of a serving.py case name ("SELECT 1", "100 hot", "customer"); the
+accelerated cases are not run here. The lake (serving.py's shop.orders) is built once in
+BENCH_LAKE (default /tmp/lakegate-serving-alone); LAKEGATE_BIN names the binary (say which build
+when quoting). Each case gets a 2 s warm-up, then prints tps and the gateway's CPU per
+statement; with --perf, `perf record --call-graph dwarf` of the measured run goes to
+BENCH_LAKE/perf.data.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import serving as s  # noqa: E402
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if a != "--perf"]
+    perf = "--perf" in sys.argv
+    if not args:
+        raise SystemExit(__doc__)
+    want, mode = args[0], args[1] if len(args) > 1 else "extended"
+    seconds = int(args[2]) if len(args) > 2 else 5
+    root = Path(os.environ.get("BENCH_LAKE", "/tmp/lakegate-serving-alone"))
+    if (root / "lake" / "catalog.db").exists():
+        flags = ["--catalog-uri", f"sqlite://{root}/lake/catalog.db", "--catalog-name", "lake",
+                 "--warehouse", f"file://{root}/lake/warehouse"]
+    else:
+        flags = s.load_lake(root / "lake")
+    gw = s.start_gateway(flags)
+    try:
+        for name, sql, which in s.CASES:
+            if want not in name or which == "accelerated":
+                continue
+            script = root / "case.sql"
+            script.write_text(sql)
+            s.SECONDS = 2
+            s.pgbench(gw.port, "bench", "lakegate", script, mode)
+            s.SECONDS = seconds
+            recorder = None
+            if perf:
+                recorder = subprocess.Popen(
+                    ["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-o",
+                     str(root / "perf.data"), "-p", str(gw.proc.pid)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(0.5)
+            before = s.cpu_ticks(gw.proc.pid)
+            tps, count = s.pgbench(gw.port, "bench", "lakegate", script, mode)
+            ticks = s.cpu_ticks(gw.proc.pid) - before
+            if recorder:
+                recorder.send_signal(2)
+                recorder.wait()
+            us = ticks / s.CLK / max(count, 1) * 1e6
+            print(f"{name:<26} {mode:<9} {tps:>9.0f} tps {us:>7.0f} µs CPU/statement", flush=True)
+    finally:
+        gw.proc.terminate()
+        gw.proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
