@@ -333,17 +333,17 @@ impl QueryHistory {
         if let Some(m) = self.metrics.get() {
             m.observe(&record);
         }
-        if let Some((replica, _)) = self.shared.get() {
+        let to_db = self.shared.get().map(|(replica, to_db)| {
             record.replica = replica.clone();
-        }
-        let sinks = (self.shared.get().map(|s| &s.1), self.file.as_ref());
-        if sinks.0.is_some() || sinks.1.is_some() {
+            to_db
+        });
+        if to_db.is_some() || self.file.is_some() {
             // One serialization for the file and the database.
             let json = to_json(&record);
-            if let Some(to_db) = sinks.0 {
+            if let Some(to_db) = to_db {
                 let _ = to_db.send(json.clone());
             }
-            if let Some(file) = sinks.1 {
+            if let Some(file) = &self.file {
                 let _ = file.send(json);
             }
         }

@@ -45,12 +45,12 @@ impl GatewayService {
         };
         let default_schema = session.default_schema();
         // The gateway answers what reads the lake, and rows of literals (`SELECT 1`).
-        let reads_tables = |s: &Statement| {
+        let gateway_answers = |s: &Statement| {
             super::constant::of(s).is_some()
                 || classify::references(s, &default_schema)
                     .map_or(true, |r| !r.lake.is_empty() || !r.system.is_empty())
         };
-        if parsed.iter().all(reads_tables) {
+        if parsed.iter().all(gateway_answers) {
             return vec![];
         }
         let Ok(statements) = DFParser::parse_sql_with_dialect(text, &PostgreSqlDialect {}) else {
