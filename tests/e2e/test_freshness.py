@@ -136,6 +136,11 @@ def token_lookups(gw) -> float:
     return metric(get(gw, "/metrics")[1], "lakegate_catalog_tokens", stat="lookups")
 
 
+def plans(gw, stat: str) -> float:
+    from test_observe import get, metric
+    return metric(get(gw, "/metrics")[1], "lakegate_cache", stat=stat)
+
+
 def test_a_statement_asks_the_catalog_once_and_a_prepared_one_sees_later_commits(gateway, lake_dir):
     """psycopg sends each statement as Parse/Bind/Describe/Execute/Sync: the Execute reuses the
     versions its Parse resolved (one catalog lookup, not two). A statement prepared before a
@@ -149,6 +154,7 @@ def test_a_statement_asks_the_catalog_once_and_a_prepared_one_sees_later_commits
     with psycopg.connect(gateway.dsn, autocommit=True, prepare_threshold=None) as conn:
         conn.execute("SELECT count(*) FROM batch_ticks").fetchone()
         before = token_lookups(gateway)
+        reused = plans(gateway, "plans_reused")
         runs = 20
         for i in range(runs):
             assert conn.execute("SELECT count(*) FROM batch_ticks WHERE tick > %s",
@@ -156,6 +162,8 @@ def test_a_statement_asks_the_catalog_once_and_a_prepared_one_sees_later_commits
         lookups = token_lookups(gateway) - before
         # One per statement; a little slack for the gateway's own background reads.
         assert runs <= lookups < runs + 5, lookups
+        # The plan is made once: every later Parse and Execute reuses it (steps 7-8 only).
+        assert plans(gateway, "plans_reused") - reused >= 2 * runs - 1
         q = "SELECT count(*), max(tick) FROM batch_ticks"
         assert conn.execute(q, prepare=True).fetchone() == (10, 10)
         for round_ in range(3):

@@ -237,3 +237,60 @@ def test_statement_timeout_cancels_a_flight_sql_query(planned):
         errors = a.execute("SELECT error FROM lakegate.queries WHERE query LIKE '%4000000000%' "
                            "AND user_name = 'alice'").fetchall()
         assert errors and all("statement timeout" in (r[0] or "") for r in errors), errors
+
+
+def test_a_kept_plan_serves_only_the_user_settings_and_versions_it_was_made_for(planned, lake_dir):
+    """What the gateway planned for a statement is kept and reused by the next plan of the same
+    text only for the same user, settings and table versions. Interleaved users with and
+    without masks, a search_path that makes the same text name another table, and commits
+    between executions each get their own answer, over the extended protocol (unnamed and
+    prepared statements) and over Flight SQL."""
+    import pyarrow as pa
+
+    cat = wh.catalog(str(lake_dir))
+    values = pa.schema([pa.field("v", pa.int64(), nullable=False)])
+    for ns, n in (("public", 3), ("sales", 5)):
+        cat.create_table(f"{ns}.kept_twin", schema=wh.Schema(
+            wh.NestedField(1, "v", wh.LongType(), required=True))).append(
+            pa.table({"v": pa.array(range(n), pa.int64())}, schema=values))
+    try:
+        check_kept_plans(planned, cat, values)
+    finally:  # the lake is shared: later tests list these namespaces
+        for ns in ("public", "sales"):
+            cat.drop_table(f"{ns}.kept_twin")
+
+
+def check_kept_plans(planned, cat, values) -> None:
+    import pyarrow as pa
+
+
+    q = "SELECT customer_id, name FROM customers WHERE segment = %s"
+    ids = range(5, 51, 5)  # the enterprise customers
+    clear = sorted((i, f"customer {i}") for i in ids)
+
+    def md5(value: str) -> str:
+        return hashlib.md5(f"pepper{value}".encode()).hexdigest()
+
+    masked = sorted((md5(str(i)), md5(f"customer {i}")) for i in ids)
+    with login(planned, "alice", "a-pass") as a, login(planned, "bot", "bot-pass") as b:
+        for prepare in (False, True, False, True):
+            assert sorted(a.execute(q, ["enterprise"], prepare=prepare).fetchall()) == clear
+            assert sorted(b.execute(q, ["enterprise"], prepare=prepare).fetchall()) == masked
+        count = "SELECT count(*), sum(v) FROM kept_twin"
+        for prepare in (False, True):
+            a.execute("SET search_path = public")
+            assert a.execute(count, prepare=prepare).fetchone() == (3, 3)
+            a.execute("SET search_path = sales")
+            assert a.execute(count, prepare=prepare).fetchone() == (5, 10)
+        # A commit between two executions: the next one reads it.
+        cat.load_table("sales.kept_twin").append(
+            pa.table({"v": pa.array([100], pa.int64())}, schema=values))
+        assert a.execute(count).fetchone() == (6, 110)
+        assert a.execute(count, prepare=True).fetchone() == (6, 110)
+    # Flight SQL: the same text for the masked user, then for alice.
+    flight_q = "SELECT customer_id, name FROM customers WHERE segment = 'enterprise'"
+    for user, password, want in (("bot", "bot-pass", masked), ("alice", "a-pass", clear),
+                                 ("bot", "bot-pass", masked)):
+        with flight(planned, user, password) as conn, conn.cursor() as cur:
+            cur.execute(flight_q)
+            assert sorted(cur.fetchall()) == want, user

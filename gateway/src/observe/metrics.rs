@@ -148,7 +148,10 @@ impl Metrics {
         let cache = register(
             &r,
             GaugeVec::new(
-                Opts::new("lakegate_cache", "Result cache counters and sizes"),
+                Opts::new(
+                    "lakegate_cache",
+                    "Result cache counters and sizes; plans_kept, plans_reused and plans_made count the kept plans",
+                ),
                 &["stat"],
             )?,
         );

@@ -289,6 +289,22 @@ impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
         CacheKey::new(self.statements.intern(statement), params, pins, settings)
     }
 
+    /// The key of a statement already interned ([`Self::intern`]).
+    pub(crate) fn key_of(
+        &self,
+        interned: (weight::Tree, u64),
+        params: Option<&ParamValues>,
+        pins: &Pins,
+        settings: &Settings,
+    ) -> CacheKey {
+        CacheKey::new(interned, params, pins, settings)
+    }
+
+    /// `statement`'s shared syntax tree (with its hash and estimated heap).
+    pub(crate) fn intern(&self, statement: &Statement) -> (weight::Tree, u64) {
+        self.statements.intern(statement)
+    }
+
     /// Whether caching is on.
     pub fn enabled(&self) -> bool {
         self.config.enabled

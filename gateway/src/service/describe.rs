@@ -20,10 +20,10 @@ impl GatewayService {
     /// Planning errors of the statement.
     pub(crate) async fn description(&self, plan: &Plan) -> Result<Described> {
         let mut described = self.planned(plan).await?;
-        if let Some(numeric) = &plan.numeric {
+        if let Some(numeric) = &plan.rewrites.numeric {
             described.schema = numeric.describe(&described.schema);
         }
-        if let Some(names) = &plan.names {
+        if let Some(names) = &plan.rewrites.names {
             described.schema = output_names::rename_schema(&described.schema, names);
         }
         described.schema = plan.with_origins(&described.schema);
@@ -37,8 +37,18 @@ impl GatewayService {
     /// # Errors
     /// Planning errors of the statement.
     pub(crate) async fn planned(&self, plan: &Plan) -> Result<Described> {
-        self.planned_statement(plan.runs(), &plan.resolved, &plan.settings)
-            .await
+        if let Some(kept) = plan.rewrites.planned() {
+            return Ok(kept.clone());
+        }
+        let described = self
+            .planned_statement(plan.runs(), &plan.resolved, &plan.settings)
+            .await?;
+        // Its rewrites are shared only at these versions and settings (system tables are
+        // materialised per statement: not kept).
+        if plan.resolved.system_tables.is_empty() {
+            plan.rewrites.keep_planned(&described);
+        }
+        Ok(described)
     }
 
     /// The planner's description of `statement` at `resolved` for `settings` (cached).

@@ -24,7 +24,7 @@ impl GatewayService {
         }
         let mut pins = plan.resolved.pins.iter();
         let predicate = match (pins.next(), pins.next()) {
-            (Some((_, table)), None) => crate::profile::top_where(&plan.statement).and_then(|w| {
+            (Some((_, table)), None) => crate::profile::top_where(plan.statement()).and_then(|w| {
                 let bound = crate::profile::bind_parameters(w, params);
                 estimate::predicate(&bound, table.table.metadata().current_schema())
             }),

@@ -14,7 +14,8 @@
 //!
 //! - [`context`] — the per-statement context (query id, user, deadline, cancel).
 //! - [`parse`] — SQL text → statements, with the rewrites BI tools need.
-//! - [`plan`] — the one plan every query goes through.
+//! - [`plan`] — the one plan every query goes through; [`kept`] — what it decided, kept per
+//!   statement for the next plan of it.
 //! - [`describe`], [`query`], [`run`], [`cache`]: describing and answering a plan.
 //! - [`catalog`] — catalog statements the PostgreSQL mirror answers.
 //! - [`heat`] — what queries read, for the maintenance loop.
@@ -33,6 +34,7 @@ mod describe;
 pub mod engines;
 mod heat;
 pub mod hooks;
+mod kept;
 pub mod numeric;
 pub mod origins;
 pub mod output_names;
@@ -154,6 +156,8 @@ pub struct GatewayService {
     mirror: Option<Arc<CatalogMirror>>,
     /// Agents' guardrails, budgets and held statements (the MCP frontend's).
     agents: Arc<crate::agents::Agents>,
+    /// What plans decided, kept per statement for its next plan ([`kept`]).
+    kept: kept::KeptPlans,
 }
 
 /// What a [`GatewayService`] is built from.
@@ -202,6 +206,7 @@ impl GatewayService {
             security: parts.security,
             mirror: parts.mirror,
             agents: parts.agents,
+            kept: kept::KeptPlans::default(),
         }
     }
 
@@ -248,6 +253,14 @@ impl GatewayService {
     /// The result cache.
     pub fn cache(&self) -> &ResultCache {
         &self.cache
+    }
+
+    /// The result cache's counters and sizes, then the kept plans' (`plans_kept`,
+    /// `plans_reused`, `plans_made`).
+    pub async fn cache_stats(&self) -> Vec<(&'static str, u64)> {
+        let mut stats = self.cache.stats_values().await;
+        stats.extend(self.kept.stats());
+        stats
     }
 
     /// Parses SQL text (PostgreSQL dialect, with rewrites for what BI tools send).

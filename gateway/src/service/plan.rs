@@ -7,17 +7,24 @@
 //! The decisions are pure functions ([`intend`] before any I/O, [`decide`] after it), tested as
 //! tables of cases; the I/O between them is resolving the tables' current versions and pruning
 //! the scan estimate.
+//!
+//! What a plan decides from its statement, session and table versions alone is kept
+//! ([`super::kept`]): a later plan of the same statement for the same session settings at the
+//! same versions resolves the versions, then only estimates and decides (steps 7–8) again.
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::common::ParamValues;
 use datafusion::sql::sqlparser::ast::{Expr, Statement, Value, visit_expressions};
+use lakegate_engines::engine::Described;
 use lakegate_engines::lake::estimate;
 use lakegate_engines::{Pins, Settings};
 use serde::{Deserialize, Serialize};
 
+use super::kept::{self, Kept};
 use super::output_names;
+use super::weight::Tree;
 use super::{GatewayService, StatementContext};
 use crate::classify::{self, References, StatementKind};
 use crate::error::{Error, Result};
@@ -68,6 +75,13 @@ pub struct Intent {
     pub statement: Statement,
     /// The names the result carries (when aliases were added).
     pub names: Option<Vec<String>>,
+    /// The tables it reads, and where it runs.
+    pub chosen: Chosen,
+}
+
+/// The tables a statement reads and the group it runs in (steps 1–4 less the rewrite).
+#[derive(Debug, Clone)]
+pub struct Chosen {
     /// The tables it reads.
     pub refs: References,
     /// Its shape and columns; `scan_bytes` from the versions last seen.
@@ -90,14 +104,89 @@ pub struct Estimate {
     pub bound: bool,
 }
 
-/// Everything decided about one query.
-pub struct Plan {
+/// What a statement runs as, fixed for its text, session settings and table versions: kept
+/// and shared by every plan of it while those stay the same ([`super::kept`]).
+#[derive(Debug)]
+pub struct Rewrites {
     /// The statement with PostgreSQL's output names (what the profile and heat read).
     pub statement: Statement,
     /// The same with this user's masked columns hashed (`None`: nothing it reads is masked).
     pub masked: Option<Statement>,
     /// The names the result carries (when aliases were added).
     pub names: Option<Vec<String>>,
+    /// The output columns computed as PostgreSQL's numeric division, from hidden operand
+    /// columns (see [`super::numeric`]).
+    pub numeric: Option<super::numeric::NumericOutputs>,
+    /// The statement with those operands selected too (what runs when `numeric` is set).
+    pub operands: Option<Statement>,
+    /// Where output columns come from (PostgreSQL clients with a catalog mirror).
+    pub origins: Option<super::origins::Origins>,
+    /// What runs, interned for cache keys (made at the first key).
+    tree: OnceLock<(Tree, u64)>,
+    /// The planner's description of what runs (made at the first Describe).
+    planned: OnceLock<Described>,
+}
+
+impl Rewrites {
+    /// `statement` as written (output names applied), with its masked rewrite.
+    pub fn new(
+        statement: Statement,
+        masked: Option<Statement>,
+        names: Option<Vec<String>>,
+    ) -> Self {
+        Self {
+            statement,
+            masked,
+            names,
+            numeric: None,
+            operands: None,
+            origins: None,
+            tree: OnceLock::new(),
+            planned: OnceLock::new(),
+        }
+    }
+
+    /// What engines run and the cache keys on.
+    pub fn runs(&self) -> &Statement {
+        self.operands
+            .as_ref()
+            .or(self.masked.as_ref())
+            .unwrap_or(&self.statement)
+    }
+
+    /// What runs, interned by `intern` the first time it is asked for.
+    pub(crate) fn tree(&self, intern: impl FnOnce(&Statement) -> (Tree, u64)) -> (Tree, u64) {
+        self.tree.get_or_init(|| intern(self.runs())).clone()
+    }
+
+    /// The planner's description of what runs, kept once made.
+    pub(crate) fn planned(&self) -> Option<&Described> {
+        self.planned.get()
+    }
+
+    /// Keeps the planner's description of what runs.
+    pub(crate) fn keep_planned(&self, described: &Described) {
+        let _ = self.planned.set(described.clone());
+    }
+}
+
+/// Steps 7–8's answer: the final profile, the group's candidates and the engines to try.
+#[derive(Debug)]
+pub struct Decided {
+    /// Shape, columns and the final scan estimate.
+    pub profile: QueryProfile,
+    /// The group, the rule and the ordered candidates.
+    pub decision: Decision,
+    /// How the engines were chosen.
+    pub route: Route,
+    /// Engines (by name) in the order to try them.
+    pub engines: Vec<String>,
+}
+
+/// Everything decided about one query.
+pub struct Plan {
+    /// What runs (shared with the kept plan of the same statement).
+    pub rewrites: Arc<Rewrites>,
     /// The session's settings, with the catalog view this user may see.
     pub settings: Settings,
     /// Shape, columns and the final scan estimate.
@@ -110,26 +199,45 @@ pub struct Plan {
     pub route: Route,
     /// Engines (by name) in the order to try them.
     pub engines: Vec<String>,
-    /// The output columns computed as PostgreSQL's numeric division, from hidden operand
-    /// columns (see [`super::numeric`]).
-    pub numeric: Option<super::numeric::NumericOutputs>,
-    /// The statement with those operands selected too (what runs when `numeric` is set).
-    pub operands: Option<Statement>,
-    /// Where output columns come from, and the mirror database that numbers them (PostgreSQL
-    /// clients with a catalog mirror).
-    pub origins: Option<(
-        super::origins::Origins,
-        Arc<crate::mirror::database::MirrorDb>,
-    )>,
+    /// The mirror database that numbers output columns' origins (PostgreSQL clients with a
+    /// catalog mirror, when [`Rewrites::origins`] is set).
+    pub mirror: Option<Arc<crate::mirror::database::MirrorDb>>,
 }
 
 impl Plan {
+    /// A plan of `rewrites` as `decided`, at `resolved`, for `settings`.
+    pub fn new(
+        rewrites: Arc<Rewrites>,
+        decided: Decided,
+        resolved: Resolved,
+        settings: Settings,
+    ) -> Self {
+        let Decided {
+            profile,
+            decision,
+            route,
+            engines,
+        } = decided;
+        Self {
+            rewrites,
+            settings,
+            profile,
+            decision,
+            resolved,
+            route,
+            engines,
+            mirror: None,
+        }
+    }
+
+    /// The statement as written, with PostgreSQL's output names.
+    pub fn statement(&self) -> &Statement {
+        &self.rewrites.statement
+    }
+
     /// What engines run and the cache keys on.
     pub fn runs(&self) -> &Statement {
-        self.operands
-            .as_ref()
-            .or(self.masked.as_ref())
-            .unwrap_or(&self.statement)
+        self.rewrites.runs()
     }
 
     /// The scan estimate.
@@ -142,14 +250,14 @@ impl Plan {
         &self,
         schema: &arrow::datatypes::SchemaRef,
     ) -> arrow::datatypes::SchemaRef {
-        match &self.origins {
-            Some((origins, db)) => {
+        match (&self.rewrites.origins, &self.mirror) {
+            (Some(origins), Some(db)) => {
                 let attributes = db.attributes();
                 super::origins::annotate(schema, origins, |s, t, c| {
                     attributes.get(s)?.get(t)?.get(c).copied()
                 })
             }
-            None => schema.clone(),
+            _ => schema.clone(),
         }
     }
 }
@@ -160,13 +268,42 @@ impl GatewayService {
     /// # Errors
     /// 42501 for a table or group the user may not read or use, 54000 for a scan over the
     /// group's cap, unknown groups, tables or engines, catalog failures.
-    pub(crate) async fn plan(
+    pub(crate) fn plan<'a>(
+        &'a self,
+        statement: &'a Statement,
+        params: Option<&'a ParamValues>,
+        settings: Settings,
+        ctx: &'a StatementContext,
+    ) -> futures::future::BoxFuture<'a, Result<Plan>> {
+        // Boxed and erased: every frontend nests it, and its state is large.
+        Box::pin(self.plan_boxed(statement, params, settings, ctx))
+    }
+
+    async fn plan_boxed(
         &self,
         statement: &Statement,
         params: Option<&ParamValues>,
         settings: Settings,
         ctx: &StatementContext,
     ) -> Result<Plan> {
+        let routing = self.router.table();
+        let (tree, tree_bytes) = self.cache.intern(statement);
+        let mut resolved = None;
+        if let Some(kept) = self.kept.find(&tree, &settings, ctx, &routing) {
+            let r = self
+                .resolve(&kept.chosen.refs, kept.chosen.group.max_staleness, ctx)
+                .await?;
+            if kept.at(&r.pins) {
+                self.kept.count_reused();
+                let chosen = &kept.chosen;
+                return self
+                    .decided(kept.rewrites.clone(), chosen, r, params, settings, ctx)
+                    .await;
+            }
+            // A commit since: planned again at the versions just resolved.
+            resolved = Some((kept.chosen.refs.clone(), kept.chosen.group.max_staleness, r));
+        }
+        self.kept.count_made();
         let intent = intend(
             statement,
             &settings,
@@ -175,73 +312,153 @@ impl GatewayService {
             &self.security,
             |s, t| self.lake.peek(s, t).map(|t| estimate::total_bytes(&t)),
         )?;
-        let resolved = self
-            .resolve(&intent.refs, intent.group.max_staleness, ctx)
-            .await?;
-        let masks = self.security.masks_of(&ctx.user);
+        let Intent {
+            statement,
+            names,
+            chosen,
+        } = intent;
+        let resolved = match resolved {
+            Some((refs, staleness, r))
+                if refs == chosen.refs && staleness == chosen.group.max_staleness =>
+            {
+                r
+            }
+            _ => {
+                self.resolve(&chosen.refs, chosen.group.max_staleness, ctx)
+                    .await?
+            }
+        };
         let masked = self.security.masks.apply(
-            &intent.statement,
-            &masks,
+            &statement,
+            &self.security.masks_of(&ctx.user),
             &resolved.pins,
             settings.default_schema(),
         )?;
-        // The smaller of the group's cap and the caller's own threshold (0: none).
-        let cap = match (intent.group.max_scan_bytes, ctx.prune_above) {
-            (0, own) => own,
-            (group, 0) => group,
-            (group, own) => group.min(own),
-        };
+        let mut rewrites = Rewrites::new(statement, masked, names);
         let estimate = self
-            .scan_estimate(&intent.statement, params, &resolved.pins, cap, &masks)
+            .estimate_for(&rewrites.statement, params, &resolved.pins, &chosen, ctx)
             .await;
-        let mut plan = decide(
-            intent,
-            resolved,
-            masked,
+        let decided = decide(
+            &chosen,
+            &resolved,
             estimate,
-            settings,
             ctx,
             &self.router,
             &self.engines.names(),
         )?;
         // Arrow has no unbounded numeric: Flight SQL clients get the planner's decimal type.
         if ctx.frontend != super::context::Frontend::Flight {
-            self.numeric_outputs(&mut plan).await;
-            if let Some(mirror) = &self.mirror
-                && let Some(origins) =
-                    super::origins::of(&plan.statement, plan.settings.default_schema())
-            {
-                plan.origins = Some((origins, mirror.database(&plan.settings.database).await));
+            self.numeric_outputs(&mut rewrites, &resolved, &settings)
+                .await;
+            if self.mirror.is_some() {
+                rewrites.origins =
+                    super::origins::of(&rewrites.statement, settings.default_schema());
             }
         }
-        Ok(plan)
+        let rewrites = Arc::new(rewrites);
+        if kept::keepable(&resolved) {
+            let kept = Kept::new(
+                &settings,
+                ctx,
+                routing,
+                &resolved.pins,
+                chosen,
+                rewrites.clone(),
+            );
+            self.kept.keep(tree, tree_bytes, kept);
+        }
+        Ok(self
+            .with_mirror(Plan::new(rewrites, decided, resolved, settings))
+            .await)
+    }
+
+    /// Steps 7–8 for a kept plan's rewrites at `resolved`: the estimate with these parameters,
+    /// the guardrail, the candidates and engines.
+    async fn decided(
+        &self,
+        rewrites: Arc<Rewrites>,
+        chosen: &Chosen,
+        resolved: Resolved,
+        params: Option<&ParamValues>,
+        settings: Settings,
+        ctx: &StatementContext,
+    ) -> Result<Plan> {
+        let estimate = self
+            .estimate_for(&rewrites.statement, params, &resolved.pins, chosen, ctx)
+            .await;
+        let decided = decide(
+            chosen,
+            &resolved,
+            estimate,
+            ctx,
+            &self.router,
+            &self.engines.names(),
+        )?;
+        Ok(self
+            .with_mirror(Plan::new(rewrites, decided, resolved, settings))
+            .await)
+    }
+
+    /// The scan estimate of `statement` against the smaller of the group's cap and the
+    /// caller's own threshold (0: none), with this user's masked columns left out.
+    async fn estimate_for(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        pins: &Pins,
+        chosen: &Chosen,
+        ctx: &StatementContext,
+    ) -> Estimate {
+        let cap = match (chosen.group.max_scan_bytes, ctx.prune_above) {
+            (0, own) => own,
+            (group, 0) => group,
+            (group, own) => group.min(own),
+        };
+        let masks = self.security.masks_of(&ctx.user);
+        self.scan_estimate(statement, params, pins, cap, &masks)
+            .await
+    }
+
+    /// `plan` with the mirror database that numbers its output columns, when it names any.
+    async fn with_mirror(&self, mut plan: Plan) -> Plan {
+        if plan.rewrites.origins.is_some()
+            && let Some(mirror) = &self.mirror
+        {
+            plan.mirror = Some(mirror.database(&plan.settings.database).await);
+        }
+        plan
     }
 
     /// Step 9 (PostgreSQL clients): output columns that are numeric divisions or averages get
     /// PostgreSQL's quotient, computed from their operands (selected too). Best effort: a statement whose
     /// operands cannot be selected alongside (the planner refuses it) keeps the engine's
     /// quotient.
-    async fn numeric_outputs(&self, plan: &mut Plan) {
-        let candidates = super::numeric::candidates(plan.runs());
-        if candidates.is_empty() || super::numeric::has_wildcard(plan.runs()) {
+    async fn numeric_outputs(
+        &self,
+        rewrites: &mut Rewrites,
+        resolved: &Resolved,
+        settings: &Settings,
+    ) {
+        let candidates = super::numeric::candidates(rewrites.runs());
+        if candidates.is_empty() || super::numeric::has_wildcard(rewrites.runs()) {
             return;
         }
-        let Ok(plain) = self.planned(plan).await else {
-            return;
-        };
-        let with = super::numeric::with_operands(plan.runs(), &candidates);
-        let Ok(described) = self
-            .planned_statement(&with, &plan.resolved, &plan.settings)
+        let Ok(plain) = self
+            .planned_statement(rewrites.runs(), resolved, settings)
             .await
         else {
+            return;
+        };
+        let with = super::numeric::with_operands(rewrites.runs(), &candidates);
+        let Ok(described) = self.planned_statement(&with, resolved, settings).await else {
             return;
         };
         let visible = plain.schema.fields().len();
         if let Some(outputs) =
             super::numeric::NumericOutputs::decide(&candidates, &described.schema, visible)
         {
-            plan.operands = Some(super::numeric::without_quotients(&with, &outputs));
-            plan.numeric = Some(outputs);
+            rewrites.operands = Some(super::numeric::without_quotients(&with, &outputs));
+            rewrites.numeric = Some(outputs);
         }
     }
 
@@ -374,11 +591,13 @@ pub fn intend(
     Ok(Intent {
         statement,
         names,
-        refs,
-        profile,
-        rule,
-        choice,
-        group,
+        chosen: Chosen {
+            refs,
+            profile,
+            rule,
+            choice,
+            group,
+        },
     })
 }
 
@@ -389,26 +608,15 @@ pub fn intend(
 /// # Errors
 /// 54000 for a (bound) scan over the group's `max_scan_bytes`; a pinned engine that is not
 /// configured.
-#[allow(clippy::too_many_arguments)]
 pub fn decide(
-    intent: Intent,
-    resolved: Resolved,
-    masked: Option<Statement>,
+    chosen: &Chosen,
+    resolved: &Resolved,
     estimate: Estimate,
-    settings: Settings,
     ctx: &StatementContext,
     router: &Router,
     configured: &[&str],
-) -> Result<Plan> {
-    let Intent {
-        statement,
-        names,
-        mut profile,
-        rule,
-        choice,
-        group,
-        ..
-    } = intent;
+) -> Result<Decided> {
+    let group = &chosen.group;
     if estimate.bound && group.max_scan_bytes > 0 && estimate.bytes > group.max_scan_bytes {
         return Err(Error::Guardrail {
             what: format!(
@@ -420,18 +628,19 @@ pub fn decide(
             ),
         });
     }
+    let mut profile = chosen.profile.clone();
     profile.scan_bytes = Some(estimate.bytes);
-    let (candidates, explored) = router.order(&group, profile.shape, estimate.bytes);
+    let (candidates, explored) = router.order(group, profile.shape, estimate.bytes);
     let decision = Decision {
-        rule,
-        reason: choice,
-        group,
+        rule: chosen.rule.clone(),
+        reason: chosen.choice,
+        group: group.clone(),
         candidates,
         explored,
     };
     let planner_only =
         resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty();
-    let (route, chosen) = if planner_only {
+    let (route, engines) = if planner_only {
         let planner = configured.first().copied().unwrap_or("datafusion");
         (Route::Planner, vec![planner.to_string()])
     } else if let Some(name) = ctx.engine.as_deref() {
@@ -451,19 +660,11 @@ pub fn decide(
             .collect();
         (Route::Routed, chosen)
     };
-    Ok(Plan {
-        statement,
-        masked,
-        names,
-        settings,
+    Ok(Decided {
         profile,
         decision,
-        resolved,
         route,
-        engines: chosen,
-        numeric: None,
-        operands: None,
-        origins: None,
+        engines,
     })
 }
 

@@ -19,7 +19,7 @@ use lakegate_engines::{ErrorKind, Pins, ResolvedTable, Settings};
 use tokio_util::sync::CancellationToken;
 
 use super::context::{Frontend, StatementContext};
-use super::plan::{Estimate, Intent, Plan, Resolved, Route, decide, intend};
+use super::plan::{Estimate, Intent, Plan, Resolved, Rewrites, Route, decide, intend};
 use crate::error::Error;
 use crate::routing::rules::{RoutingTable, RulesFile};
 use crate::routing::{GroupChoice, Router};
@@ -58,7 +58,7 @@ const RULES: &str = r#"
     match = { shapes = ["aggregate"], tables = ["sales.orders"] }
 "#;
 
-fn router() -> Router {
+pub(super) fn router() -> Router {
     let spec: RulesFile = toml::from_str(RULES).expect("rules");
     let table = RoutingTable::build(vec![(PathBuf::from("r.toml"), spec)], ENGINES).expect("table");
     Router::with_table(table, ENGINES)
@@ -66,7 +66,7 @@ fn router() -> Router {
 
 /// alice: analyst (public.*, every group); bob: sales (sales.*, groups app and reports); carol: agent
 /// (public.customers with `email` masked).
-fn security() -> Security {
+pub(super) fn security() -> Security {
     let user = |name: &str, roles: &[&str]| UserConfig {
         name: name.into(),
         password: hash_password("pw"),
@@ -111,17 +111,17 @@ fn security() -> Security {
     }
 }
 
-fn parse(sql: &str) -> Statement {
+pub(super) fn parse(sql: &str) -> Statement {
     Parser::parse_sql(&PostgreSqlDialect {}, sql)
         .expect("sql")
         .remove(0)
 }
 
-fn ctx(user: &str) -> StatementContext {
+pub(super) fn ctx(user: &str) -> StatementContext {
     StatementContext::new(1, user, Frontend::Pg, CancellationToken::new(), None)
 }
 
-fn settings(application: &str) -> Settings {
+pub(super) fn settings(application: &str) -> Settings {
     let mut s = Settings::default();
     std::sync::Arc::make_mut(&mut s.values)
         .insert("application_name".into(), application.to_string());
@@ -139,7 +139,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// An in-memory table version with text columns `columns`.
-fn table(ns: &str, name: &str, columns: &[&str]) -> ResolvedTable {
+pub(super) fn table(ns: &str, name: &str, columns: &[&str]) -> ResolvedTable {
     let fields = columns
         .iter()
         .enumerate()
@@ -186,7 +186,7 @@ fn table(ns: &str, name: &str, columns: &[&str]) -> ResolvedTable {
     }
 }
 
-fn pins(tables: &[ResolvedTable]) -> Pins {
+pub(super) fn pins(tables: &[ResolvedTable]) -> Pins {
     let mut pins = Pins::default();
     for t in tables {
         pins.insert(&t.ident.namespace().join("."), t.ident.name(), t.clone());
@@ -226,9 +226,9 @@ fn plan_as(
         &resolved.pins,
         settings.default_schema(),
     )?;
-    decide(
-        intent, resolved, masked, estimate, settings, ctx, &router, ENGINES,
-    )
+    let decided = decide(&intent.chosen, &resolved, estimate, ctx, &router, ENGINES)?;
+    let rewrites = Rewrites::new(intent.statement, masked, intent.names);
+    Ok(Plan::new(Arc::new(rewrites), decided, resolved, settings))
 }
 
 fn plan(
@@ -365,6 +365,7 @@ fn the_group_comes_from_the_session_the_rules_or_the_default() {
             |_, _| Some(0),
         )
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let got = &got.chosen;
         assert_eq!((got.group.name.as_str(), got.choice), (want, why), "{sql}");
     }
     // A group the rules do not let sessions choose, and one the user is not granted.
@@ -400,13 +401,13 @@ fn a_masked_user_runs_a_statement_that_hashes_the_column_everywhere() {
     let sql = "SELECT name, email FROM customers WHERE email = 'a@b.c'";
     let carol = plan("carol", sql, std::slice::from_ref(&customers), NONE).expect("plan");
     let runs = carol.runs().to_string();
-    assert!(carol.masked.is_some(), "carol's email is masked");
+    assert!(carol.rewrites.masked.is_some(), "carol's email is masked");
     assert!(runs.contains("md5"), "{runs}");
     assert!(runs.contains("'salt'"), "the salt is hashed in: {runs}");
     // The profile and heat still see the statement as written.
-    assert_eq!(carol.statement.to_string(), sql);
+    assert_eq!(carol.statement().to_string(), sql);
     let alice = plan("alice", sql, &[customers], NONE).expect("plan");
-    assert!(alice.masked.is_none(), "alice reads clear values");
+    assert!(alice.rewrites.masked.is_none(), "alice reads clear values");
     assert_eq!(alice.runs().to_string(), sql);
 }
 

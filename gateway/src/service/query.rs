@@ -119,7 +119,7 @@ impl GatewayService {
         pending.record.engine = engine;
         pending.record.cache = outcome;
         pending.record.queued_ms = queued.as_secs_f64() * 1000.0;
-        let stream = match &plan.numeric {
+        let stream = match &plan.rewrites.numeric {
             Some(numeric) => numeric.apply(stream),
             None => stream,
         };
@@ -148,7 +148,8 @@ impl GatewayService {
             };
             return Ok(Answer::ran(self.run(plan, params).await?, outcome));
         }
-        let key = self.cache.key(statement, params, pins, &plan.settings);
+        let interned = plan.rewrites.tree(|s| self.cache.intern(s));
+        let key = self.cache.key_of(interned, params, pins, &plan.settings);
         let max = self.cache.max_entry_bytes();
         let ran_on = Mutex::new(None::<(String, Duration)>);
         // When this caller computes a result too large to cache: what it already read and the

@@ -123,7 +123,7 @@ impl GatewayService {
             // A statement that also sets the engine up (DuckDB's opening) teaches the router
             // nothing about the engine's speed.
             let learn = engine.ready();
-            let outcome = match execute_on(engine, request, plan.names.as_deref()).await {
+            let outcome = match execute_on(engine, request, plan.rewrites.names.as_deref()).await {
                 Ok(stream) => first_batch(stream).await,
                 Err(e) => Err(e),
             };

@@ -114,7 +114,7 @@ pub(super) async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse
         s.metrics.render(&Scrape {
             router: s.service.router(),
             engines: s.service.engines().names(),
-            cache: s.service.cache().stats_values().await,
+            cache: s.service.cache_stats().await,
             lake: s.service.lake(),
             maintainer: s.service.maintainer(),
             auth_failures: s.service.auth().failures(),
