@@ -43,6 +43,7 @@ pub mod plan;
 #[cfg(test)]
 mod plan_tests;
 pub(crate) mod query;
+mod resolve;
 mod run;
 pub mod system;
 mod weight;

@@ -5,18 +5,17 @@
 //! EXPLAIN ROUTE all consume: none of them can skip a step another takes.
 //!
 //! The decisions are pure functions ([`intend`] before any I/O, [`decide`] after it), tested as
-//! tables of cases; the I/O between them is resolving the tables' current versions and pruning
-//! the scan estimate.
+//! tables of cases; the I/O between them ([`super::resolve`]) is resolving the tables' current
+//! versions and pruning the scan estimate.
 //!
 //! What a plan decides from its statement, session and table versions alone is kept
 //! ([`super::kept`]): a later plan of the same statement for the same session settings at the
 //! same versions resolves the versions, then only estimates and decides (steps 7–8) again.
 
-use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::common::ParamValues;
-use datafusion::sql::sqlparser::ast::{Expr, Statement, Value, visit_expressions};
+use datafusion::sql::sqlparser::ast::Statement;
 use lakegate_engines::engine::Described;
 use lakegate_engines::lake::estimate;
 use lakegate_engines::{Pins, Settings};
@@ -32,7 +31,6 @@ use crate::profile::QueryProfile;
 use crate::routing::rules::{Asker, GroupSpec};
 use crate::routing::{Decision, GroupChoice, Router};
 use crate::security::Security;
-use crate::security::mask::Masked;
 
 /// How a statement's engines were chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -335,17 +333,9 @@ impl GatewayService {
             settings.default_schema(),
         )?;
         let mut rewrites = Rewrites::new(statement, masked, names);
-        let estimate = self
-            .estimate_for(&rewrites.statement, params, &resolved.pins, &chosen, ctx)
-            .await;
-        let decided = decide(
-            &chosen,
-            &resolved,
-            estimate,
-            ctx,
-            &self.router,
-            &self.engines.names(),
-        )?;
+        let decided = self
+            .decide_at(&rewrites.statement, params, &resolved, &chosen, ctx)
+            .await?;
         // Arrow has no unbounded numeric: Flight SQL clients get the planner's decimal type.
         if ctx.frontend != super::context::Frontend::Flight {
             self.numeric_outputs(&mut rewrites, &resolved, &settings)
@@ -356,7 +346,17 @@ impl GatewayService {
             }
         }
         let rewrites = Arc::new(rewrites);
-        if kept::keepable(&resolved) {
+        // Rules may choose the group by size: kept only when the size the group was chosen
+        // by (the versions last seen) is these versions' own.
+        let sized_here = chosen.profile.scan_bytes
+            == Some(
+                resolved
+                    .pins
+                    .iter()
+                    .map(|(_, t)| estimate::total_bytes(t))
+                    .sum(),
+            );
+        if sized_here && kept::keepable(&resolved) {
             let kept = Kept::new(
                 &settings,
                 ctx,
@@ -372,8 +372,7 @@ impl GatewayService {
             .await)
     }
 
-    /// Steps 7–8 for a kept plan's rewrites at `resolved`: the estimate with these parameters,
-    /// the guardrail, the candidates and engines.
+    /// Steps 7–8 for a kept plan's rewrites at `resolved`.
     async fn decided(
         &self,
         rewrites: Arc<Rewrites>,
@@ -383,40 +382,35 @@ impl GatewayService {
         settings: Settings,
         ctx: &StatementContext,
     ) -> Result<Plan> {
-        let estimate = self
-            .estimate_for(&rewrites.statement, params, &resolved.pins, chosen, ctx)
-            .await;
-        let decided = decide(
-            chosen,
-            &resolved,
-            estimate,
-            ctx,
-            &self.router,
-            &self.engines.names(),
-        )?;
+        let decided = self
+            .decide_at(&rewrites.statement, params, &resolved, chosen, ctx)
+            .await?;
         Ok(self
             .with_mirror(Plan::new(rewrites, decided, resolved, settings))
             .await)
     }
 
-    /// The scan estimate of `statement` against the smaller of the group's cap and the
-    /// caller's own threshold (0: none), with this user's masked columns left out.
-    async fn estimate_for(
+    /// Steps 7–8 at `resolved`: the scan estimate with these parameters, the guardrail, the
+    /// candidates and engines.
+    async fn decide_at(
         &self,
         statement: &Statement,
         params: Option<&ParamValues>,
-        pins: &Pins,
+        resolved: &Resolved,
         chosen: &Chosen,
         ctx: &StatementContext,
-    ) -> Estimate {
-        let cap = match (chosen.group.max_scan_bytes, ctx.prune_above) {
-            (0, own) => own,
-            (group, 0) => group,
-            (group, own) => group.min(own),
-        };
-        let masks = self.security.masks_of(&ctx.user);
-        self.scan_estimate(statement, params, pins, cap, &masks)
-            .await
+    ) -> Result<Decided> {
+        let estimate = self
+            .estimate_for(statement, params, &resolved.pins, chosen, ctx)
+            .await;
+        decide(
+            chosen,
+            resolved,
+            estimate,
+            ctx,
+            &self.router,
+            &self.engines.names(),
+        )
     }
 
     /// `plan` with the mirror database that numbers its output columns, when it names any.
@@ -459,101 +453,6 @@ impl GatewayService {
         {
             rewrites.operands = Some(super::numeric::without_quotients(&with, &outputs));
             rewrites.numeric = Some(outputs);
-        }
-    }
-
-    /// Resolves every lake table in `refs` to its current version (reusing versions younger
-    /// than `max_staleness`; zero: the lake's configured staleness) and materialises the
-    /// system tables they read. A statement of an extended-protocol batch uses the versions its
-    /// Parse resolved ([`super::batch`]).
-    async fn resolve(
-        &self,
-        refs: &References,
-        max_staleness: std::time::Duration,
-        ctx: &StatementContext,
-    ) -> Result<Resolved> {
-        let mut pins = Pins::default();
-        for (schema, table) in &refs.lake {
-            if let Some(kept) = ctx.batch.kept(schema, table) {
-                pins.insert(schema, table, kept);
-                continue;
-            }
-            let resolved = if max_staleness.is_zero() {
-                self.lake.resolve(schema, table).await?
-            } else {
-                self.lake
-                    .resolve_within(schema, table, max_staleness)
-                    .await?
-            };
-            ctx.batch.keep(schema, table, &resolved);
-            pins.insert(schema, table, resolved);
-        }
-        Ok(Resolved {
-            pins,
-            system_tables: self.system_tables(&refs.system, &ctx.user).await?,
-            catalog: refs.catalog,
-        })
-    }
-
-    /// The bytes a query scans: the pinned snapshots' data files, pruned by the WHERE of a
-    /// single-table query (parameters bound) when that can matter — past the smallest size
-    /// bucket, or against a scan cap. Cached per table version and filter; planning is capped
-    /// at 50 ms, else the unpruned size stands.
-    ///
-    /// Masked columns are left out of the pruning: a clear value the user cannot see must not
-    /// change what the estimate (and a guardrail's message) says.
-    async fn scan_estimate(
-        &self,
-        statement: &Statement,
-        params: Option<&ParamValues>,
-        pins: &Pins,
-        cap: u64,
-        masks: &Masked,
-    ) -> Estimate {
-        let where_ = crate::profile::top_where(statement);
-        let bound = params.is_some() || !where_.is_some_and(has_placeholders);
-        let total: u64 = pins.iter().map(|(_, t)| estimate::total_bytes(t)).sum();
-        let unpruned = Estimate {
-            bytes: total,
-            bound,
-        };
-        let mut tables = pins.iter();
-        let (Some(((ns, name), table)), None) = (tables.next(), tables.next()) else {
-            return unpruned;
-        };
-        // Small tables cannot change the size bucket; prune them only against a scan cap.
-        if crate::routing::stats::size_bucket(total) == 0 && (cap == 0 || total <= cap) {
-            return unpruned;
-        }
-        let schema = table.table.metadata().current_schema();
-        let visible = match crate::security::mask::hidden(masks, ns, name) {
-            Some(hidden) => match crate::security::mask::without(schema, hidden) {
-                Some(visible) => Some(visible),
-                None => return unpruned,
-            },
-            None => None,
-        };
-        let Some(filter) = where_.and_then(|w| {
-            let w = crate::profile::bind_parameters(w, params);
-            estimate::predicate(&w, visible.as_ref().unwrap_or(schema))
-        }) else {
-            return unpruned;
-        };
-        let key = format!("{}\u{0}{filter}", table.metadata_location);
-        if let Some(bytes) = self.estimates.get(&key).await {
-            return Estimate { bytes, bound };
-        }
-        match tokio::time::timeout(
-            std::time::Duration::from_millis(50),
-            estimate::pruned_bytes(table, filter),
-        )
-        .await
-        {
-            Ok(Ok(bytes)) => {
-                self.estimates.insert(key, bytes).await;
-                Estimate { bytes, bound }
-            }
-            _ => unpruned,
         }
     }
 }
@@ -666,13 +565,4 @@ pub fn decide(
         route,
         engines,
     })
-}
-
-/// Whether `expr` has a `$n` placeholder.
-fn has_placeholders(expr: &Expr) -> bool {
-    visit_expressions(expr, |e| match e {
-        Expr::Value(v) if matches!(v.value, Value::Placeholder(_)) => ControlFlow::Break(()),
-        _ => ControlFlow::Continue(()),
-    })
-    .is_break()
 }
