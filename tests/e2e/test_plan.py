@@ -11,6 +11,7 @@ import time
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import psycopg
+import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 from psycopg import pq
@@ -245,8 +246,6 @@ def test_a_kept_plan_serves_only_the_user_settings_and_versions_it_was_made_for(
     without masks, a search_path that makes the same text name another table, and commits
     between executions each get their own answer, over the extended protocol (unnamed and
     prepared statements) and over Flight SQL."""
-    import pyarrow as pa
-
     cat = wh.catalog(str(lake_dir))
     values = pa.schema([pa.field("v", pa.int64(), nullable=False)])
     for ns, n in (("public", 3), ("sales", 5)):
@@ -261,8 +260,6 @@ def test_a_kept_plan_serves_only_the_user_settings_and_versions_it_was_made_for(
 
 
 def check_kept_plans(planned, cat, values) -> None:
-    import pyarrow as pa
-
 
     q = "SELECT customer_id, name FROM customers WHERE segment = %s"
     ids = range(5, 51, 5)  # the enterprise customers
