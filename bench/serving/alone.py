@@ -3,8 +3,9 @@ serving.py (which runs three gateways beside PostgreSQL, where rows move by abou
 
     .cache/venv/bin/python bench/serving/alone.py CASE [extended|simple] [SECONDS] [--perf]
 
-CASE is a substring of a serving.py case name ("SELECT 1", "100 hot", "customer"); the
-accelerated cases are not run here. The lake (serving.py's shop.orders) is built once in
+CASE is a serving.py case name, or a substring of some ("SELECT 1", "100 hot", "accel");
+an accelerated case runs on a gateway with serving.py's [acceleration] config (cache off), once
+its copy answers. The lake (serving.py's shop.orders) is built once in
 BENCH_LAKE (default /tmp/lakegate-serving-alone); LAKEGATE_BIN names the binary (say which build
 when quoting). Each case gets a 2 s warm-up, then prints tps and the gateway's CPU per
 statement; with --perf, `perf record --call-graph dwarf` of the measured run goes to
@@ -35,11 +36,18 @@ def main() -> None:
                  "--warehouse", f"file://{root}/lake/warehouse"]
     else:
         flags = s.load_lake(root / "lake")
+    cases = [c for c in s.CASES if c[0] == want] or [c for c in s.CASES if want in c[0]]
+    accelerated = any(which == "accelerated" for _, _, which in cases)
+    if accelerated:
+        config = root / "accel.toml"
+        config.write_text(s.ACCELERATION)
+        flags = [*flags, "--config", str(config)]
+        cases = [c for c in cases if c[2] == "accelerated"]
     gw = s.start_gateway(flags)
     try:
-        for name, sql, which in s.CASES:
-            if want not in name or which == "accelerated":
-                continue
+        if accelerated:
+            s.wait_accelerated(gw)
+        for name, sql, _ in cases:
             script = root / "case.sql"
             script.write_text(sql)
             s.SECONDS = 2

@@ -473,8 +473,18 @@ impl Engine for DataFusionEngine {
                 }
             }
         };
-        let plan = bind(kept.plan.clone(), request.params)?;
-        let physical = kept.state.create_physical_plan(&plan).await?;
+        let physical = match kept.optimized.as_ref().and_then(|o| o.bind(request.params)) {
+            Some(optimized) => {
+                kept.state
+                    .query_planner()
+                    .create_physical_plan(&optimized?, &kept.state)
+                    .await?
+            }
+            None => {
+                let plan = bind(kept.plan.clone(), request.params)?;
+                kept.state.create_physical_plan(&plan).await?
+            }
+        };
         Ok(datafusion::physical_plan::execute_stream(
             physical,
             kept.task.clone(),

@@ -53,6 +53,7 @@ pub mod error;
 mod idle;
 pub mod lake;
 mod lake_scan;
+mod optimized;
 pub mod pg_attribute;
 pub mod pg_datetime_input;
 pub mod pg_extract;

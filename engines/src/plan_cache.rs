@@ -5,7 +5,10 @@
 //! A point lookup an application sends a thousand times with different ids is planned once per
 //! table version: each execution binds its parameters into the kept plan, then analyses,
 //! optimises and runs it as before — so an answer is the one a fresh plan gives (the
-//! PostgreSQL rewrites that read literal values run after binding, as they always did).
+//! PostgreSQL rewrites that read literal values run after binding, as they always did). Where
+//! no rule can read a parameter as a value, the plan is also analysed and optimised once, with
+//! its placeholders in place, and an execution binds into that and only plans it physically
+//! ([`crate::optimized`]).
 //!
 //! Kept are only plans of statements executed before (one with its literals in its text is
 //! seldom repeated, and keeping costs a copy of the session state), whose every table is one of
@@ -23,6 +26,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use crate::engine::{EngineRequest, Pins, Settings};
+use crate::optimized::Optimized;
 
 /// Plans kept, at most.
 const CAPACITY: u64 = 512;
@@ -40,6 +44,9 @@ pub(crate) struct Kept {
     pub state: SessionState,
     /// The state's task context, built once.
     pub task: Arc<TaskContext>,
+    /// The plan analysed and optimised before binding, when that is exact
+    /// ([`crate::optimized`]).
+    pub optimized: Option<Optimized>,
 }
 
 /// A pinned table's version: `(schema, name, metadata location, snapshot)`.
@@ -106,6 +113,7 @@ impl PlanCache {
         state: SessionState,
     ) -> Arc<Kept> {
         let task = state.task_ctx();
+        let optimized = Optimized::of(plan, &state);
         let kept = Arc::new(Kept {
             statement: request.statement.clone(),
             settings: request.settings.clone(),
@@ -113,6 +121,7 @@ impl PlanCache {
             plan: plan.clone(),
             state,
             task,
+            optimized,
         });
         self.plans.insert(key, kept.clone());
         kept

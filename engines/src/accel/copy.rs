@@ -238,34 +238,44 @@ impl TableCopy {
         names
     }
 
-    /// The rows whose `column` holds one of `keys`, as batches (`None`: no index on it).
+    /// The rows whose `column` holds one of `keys`, as one batch in the copy's order (`None`:
+    /// no index on it). A customer's orders are spread over as many files as they have
+    /// orders; gathered into one batch, the statement's filter and sort see one batch, not one
+    /// per file.
     pub(crate) fn lookup(&self, column: usize, keys: &[Key]) -> Result<Option<Vec<RecordBatch>>> {
         let Some(index) = self.indexes.get(&column) else {
             return Ok(None);
         };
-        let mut by_batch: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        for key in keys {
-            for position in index.get(key).into_iter().flatten() {
-                let (batch, row) = ((position >> 32) as u32, *position as u32);
-                by_batch.entry(batch).or_default().push(row);
-            }
+        let mut positions: Vec<u64> = keys
+            .iter()
+            .flat_map(|key| index.get(key).into_iter().flatten().copied())
+            .collect();
+        positions.sort_unstable();
+        positions.dedup();
+        if positions.is_empty() {
+            return Ok(Some(Vec::new()));
         }
-        let mut out = Vec::with_capacity(by_batch.len());
-        for (batch, mut rows) in by_batch {
-            rows.sort_unstable();
-            rows.dedup();
-            let Some(source) = self.batches.get(batch as usize) else {
+        let mut sources: Vec<&RecordBatch> = Vec::new();
+        let mut at: Vec<(usize, usize)> = Vec::with_capacity(positions.len());
+        for position in positions {
+            let (batch, row) = ((position >> 32) as usize, position as u32 as usize);
+            let Some(source) = self.batches.get(batch) else {
                 return Err(Error::Internal(
                     "accelerated index points past its rows".into(),
                 ));
             };
-            let indices = arrow::array::UInt32Array::from(rows);
-            out.push(
-                arrow::compute::take_record_batch(source, &indices)
-                    .map_err(|e| Error::Internal(e.to_string()))?,
-            );
+            // Positions are sorted, so one batch's rows are consecutive.
+            if sources
+                .last()
+                .is_none_or(|last| !std::ptr::eq(*last, source))
+            {
+                sources.push(source);
+            }
+            at.push((sources.len() - 1, row));
         }
-        Ok(Some(out))
+        let gathered = arrow::compute::interleave_record_batch(&sources, &at)
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(Some(vec![gathered]))
     }
 }
 

@@ -238,14 +238,8 @@ impl QueryHistory {
     }
 
     /// Starts a record for the query `ctx` names, beginning now.
-    pub fn start(&self, ctx: &StatementContext, mut sql: String) -> PendingQuery {
-        if sql.len() > MAX_SQL {
-            let mut cut = MAX_SQL;
-            while !sql.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            sql.truncate(cut);
-        }
+    pub fn start(&self, ctx: &StatementContext, sql: String) -> PendingQuery {
+        let sql = clipped(sql);
         let started_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
@@ -379,7 +373,33 @@ pub struct PendingQuery {
     pub observation: Option<lakegate_maintenance::telemetry::Observation>,
 }
 
+/// `sql` cut to at most [`MAX_SQL`] bytes (at a character boundary).
+fn clipped(mut sql: String) -> String {
+    if sql.len() > MAX_SQL {
+        let mut cut = MAX_SQL;
+        while !sql.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        sql.truncate(cut);
+    }
+    sql
+}
+
 impl PendingQuery {
+    /// The statement's text, when the record was started without it (a kept plan has it
+    /// printed already: see [`crate::service::plan::Rewrites::text`]).
+    pub fn set_sql(&mut self, sql: &str) {
+        let end = if sql.len() > MAX_SQL {
+            (0..=MAX_SQL)
+                .rev()
+                .find(|i| sql.is_char_boundary(*i))
+                .unwrap_or(0)
+        } else {
+            sql.len()
+        };
+        self.record.sql = sql[..end].to_string();
+    }
+
     /// Records a failure now.
     pub fn fail(mut self, history: &QueryHistory, error: &str) {
         self.record.error = Some(error.to_string());

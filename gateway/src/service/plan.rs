@@ -123,6 +123,8 @@ pub struct Rewrites {
     tree: OnceLock<(Tree, u64)>,
     /// The planner's description of what runs (made at the first Describe).
     planned: OnceLock<Described>,
+    /// The statement as the client wrote it, printed (for the history; at its first use).
+    text: OnceLock<String>,
 }
 
 impl Rewrites {
@@ -141,7 +143,14 @@ impl Rewrites {
             origins: None,
             tree: OnceLock::new(),
             planned: OnceLock::new(),
+            text: OnceLock::new(),
         }
+    }
+
+    /// `written` printed: the statement these rewrites were made from (a kept plan serves
+    /// only statements equal to it, so it is printed once per plan, not per execution).
+    pub fn text(&self, written: &Statement) -> &str {
+        self.text.get_or_init(|| written.to_string())
     }
 
     /// What engines run and the cache keys on.

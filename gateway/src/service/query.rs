@@ -65,13 +65,17 @@ impl GatewayService {
         ctx: &StatementContext,
         reading: Reading,
     ) -> Result<SendableRecordBatchStream> {
-        let mut pending = self.history.start(ctx, statement.to_string());
+        // The text is the plan's (printed once per kept plan), or printed here on a failure.
+        let mut pending = self.history.start(ctx, String::new());
         match self
             .answer(statement, params, session, ctx, reading, &mut pending)
             .await
         {
             Ok(stream) => Ok(pending.track(self.history.clone(), stream)),
             Err(e) => {
+                if pending.record.sql.is_empty() {
+                    pending.set_sql(&statement.to_string());
+                }
                 pending.fail(&self.history, &e.to_string());
                 Err(e)
             }
@@ -92,6 +96,7 @@ impl GatewayService {
         let plan = ctx
             .guard(self.plan(statement, params, settings, ctx))
             .await?;
+        pending.set_sql(plan.rewrites.text(statement));
         let r = &mut pending.record;
         r.snapshots = super::snapshot_list(&plan.resolved.pins, ",");
         r.shape = Some(plan.profile.shape);
