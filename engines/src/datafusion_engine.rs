@@ -152,7 +152,7 @@ impl DataFusionEngine {
         Ok(Self {
             lake,
             database: options.database,
-            base: ctx.state(),
+            base: unknown_literals_first(ctx.state()),
             pg_catalog,
             static_tables,
             views: Mutex::new(std::collections::HashMap::new()),
@@ -349,6 +349,17 @@ impl DataFusionEngine {
             })?;
         Ok((plan, replaced))
     }
+}
+
+/// `state` with PostgreSQL's typing of quoted literals ([`crate::pg_unknown_literals`]) before
+/// every other analyzer rule: it must see the literals before type coercion casts the number
+/// to text instead.
+fn unknown_literals_first(state: SessionState) -> SessionState {
+    let mut rules = state.analyzer().rules.clone();
+    rules.insert(0, Arc::new(crate::pg_unknown_literals::PgUnknownLiterals));
+    SessionStateBuilder::new_from_existing(state)
+        .with_analyzer_rules(rules)
+        .build()
 }
 
 fn apply_settings(config: &mut SessionConfig, settings: &Settings) {

@@ -67,6 +67,7 @@ pub mod pg_result_types;
 pub mod pg_temporal;
 pub mod pg_text;
 pub mod pg_text_rules;
+pub mod pg_unknown_literals;
 pub mod pg_window;
 pub mod pg_zone;
 mod plan_cache;
