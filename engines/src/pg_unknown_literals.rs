@@ -20,10 +20,10 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr::InList;
-use datafusion::logical_expr::{
-    Between, BinaryExpr, Cast, Expr, ExprSchemable, LogicalPlan, Operator,
-};
+use datafusion::logical_expr::{Between, BinaryExpr, Cast, Expr, ExprSchemable, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
+
+use crate::pg_float_keys::compares;
 
 /// The analyzer rule (see the module docs); it must run before type coercion.
 #[derive(Debug, Default)]
@@ -42,7 +42,7 @@ impl AnalyzerRule for PgUnknownLiterals {
 /// `e` with the text literals it compares with a number cast to that number's type.
 fn typed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
     match e {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) if comparison(op) => {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if compares(op) => {
             let (left, right) = (*left, *right);
             let (left, right, changed) = match (numeric(&left, schema), numeric(&right, schema)) {
                 (Some(t), None) if is_text_literal(&right) => (left, cast(right, t), true),
@@ -50,11 +50,7 @@ fn typed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
                 _ => (left, right, false),
             };
             let e = Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right)));
-            if changed {
-                Transformed::yes(e)
-            } else {
-                Transformed::no(e)
-            }
+            Transformed::new_transformed(e, changed)
         }
         Expr::Between(Between {
             expr,
@@ -84,11 +80,7 @@ fn typed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
                 low: bound(low),
                 high: bound(high),
             });
-            if changed {
-                Transformed::yes(e)
-            } else {
-                Transformed::no(e)
-            }
+            Transformed::new_transformed(e, changed)
         }
         Expr::InList(InList {
             expr,
@@ -118,28 +110,10 @@ fn typed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
                 list,
                 negated,
             });
-            if changed {
-                Transformed::yes(e)
-            } else {
-                Transformed::no(e)
-            }
+            Transformed::new_transformed(e, changed)
         }
         other => Transformed::no(other),
     }
-}
-
-fn comparison(op: Operator) -> bool {
-    matches!(
-        op,
-        Operator::Eq
-            | Operator::NotEq
-            | Operator::Lt
-            | Operator::LtEq
-            | Operator::Gt
-            | Operator::GtEq
-            | Operator::IsDistinctFrom
-            | Operator::IsNotDistinctFrom
-    )
 }
 
 /// `e`'s type, when it is a number.

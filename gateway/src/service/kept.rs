@@ -398,9 +398,9 @@ mod tests {
             &settings("psql"),
             &ctx("alice"),
             &routing,
-            &[orders.clone()],
+            std::slice::from_ref(&orders),
         );
-        assert!(k.at(&pins(&[orders.clone()])));
+        assert!(k.at(&pins(std::slice::from_ref(&orders))));
         let committed = lakegate_engines::ResolvedTable {
             metadata_location: "memory://public/orders/metadata/v2.metadata.json".into(),
             ..orders.clone()
@@ -418,7 +418,12 @@ mod tests {
         let orders = table("public", "orders", &["id"]);
         let users = ["alice", "bob", "carol", "dave", "erin"];
         for user in users {
-            let k = kept(&settings("psql"), &ctx(user), &routing, &[orders.clone()]);
+            let k = kept(
+                &settings("psql"),
+                &ctx(user),
+                &routing,
+                std::slice::from_ref(&orders),
+            );
             plans.keep(tree(), 0, k);
         }
         let has = |user: &str| {
