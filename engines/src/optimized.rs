@@ -49,6 +49,11 @@ impl Optimized {
     /// every execution whose values have its placeholders' types (see the module docs);
     /// `None` when it is not, or when analysing or optimising it fails.
     pub(crate) fn of(plan: &LogicalPlan, state: &SessionState) -> Option<Self> {
+        // EXPLAIN prints the plans its optimisation went through, which only
+        // `SessionState::optimize` records.
+        if matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)) {
+            return None;
+        }
         let analyzed = state
             .analyzer()
             .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
@@ -358,6 +363,8 @@ mod tests {
             "SELECT column1 FROM t WHERE column3 > CAST($1 AS DATE)",
             // The whole expression.
             "SELECT $1 = column1 AS same, $2 FROM t",
+            // EXPLAIN's output lists the optimiser's plans, made per execution.
+            "EXPLAIN SELECT column2 FROM t WHERE column1 = $1",
         ] {
             let plan = unbound(&ctx, sql).await;
             assert!(

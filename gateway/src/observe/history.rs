@@ -375,29 +375,26 @@ pub struct PendingQuery {
 
 /// `sql` cut to at most [`MAX_SQL`] bytes (at a character boundary).
 fn clipped(mut sql: String) -> String {
-    if sql.len() > MAX_SQL {
-        let mut cut = MAX_SQL;
-        while !sql.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        sql.truncate(cut);
-    }
+    sql.truncate(cut(&sql));
     sql
+}
+
+/// Where [`clipped`] cuts `sql`.
+fn cut(sql: &str) -> usize {
+    if sql.len() <= MAX_SQL {
+        return sql.len();
+    }
+    (0..=MAX_SQL)
+        .rev()
+        .find(|i| sql.is_char_boundary(*i))
+        .unwrap_or(0)
 }
 
 impl PendingQuery {
     /// The statement's text, when the record was started without it (a kept plan has it
     /// printed already: see [`crate::service::plan::Rewrites::text`]).
     pub fn set_sql(&mut self, sql: &str) {
-        let end = if sql.len() > MAX_SQL {
-            (0..=MAX_SQL)
-                .rev()
-                .find(|i| sql.is_char_boundary(*i))
-                .unwrap_or(0)
-        } else {
-            sql.len()
-        };
-        self.record.sql = sql[..end].to_string();
+        self.record.sql = sql[..cut(sql)].to_string();
     }
 
     /// Records a failure now.
