@@ -40,80 +40,43 @@ impl AnalyzerRule for PgUnknownLiterals {
 }
 
 /// `e` with the text literals it compares with a number cast to that number's type.
-fn typed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
-    match e {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) if compares(op) => {
-            let (left, right) = (*left, *right);
-            let (left, right, changed) = match (numeric(&left, schema), numeric(&right, schema)) {
-                (Some(t), None) if is_text_literal(&right) => (left, cast(right, t), true),
-                (None, Some(t)) if is_text_literal(&left) => (cast(left, t), right, true),
-                _ => (left, right, false),
-            };
-            let e = Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right)));
-            Transformed::new_transformed(e, changed)
+fn typed(mut e: Expr, schema: &DFSchema) -> Transformed<Expr> {
+    let mut changed = false;
+    match &mut e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if compares(*op) => {
+            match (numeric(left, schema), numeric(right, schema)) {
+                (Some(t), None) => changed = as_number(right, &t),
+                (None, Some(t)) => changed = as_number(left, &t),
+                _ => {}
+            }
         }
         Expr::Between(Between {
-            expr,
-            negated,
-            low,
-            high,
+            expr, low, high, ..
         }) => {
-            let Some(t) = numeric(&expr, schema) else {
-                return Transformed::no(Expr::Between(Between {
-                    expr,
-                    negated,
-                    low,
-                    high,
-                }));
-            };
-            let changed = is_text_literal(&low) || is_text_literal(&high);
-            let bound = |b: Box<Expr>| {
-                if is_text_literal(&b) {
-                    Box::new(cast(*b, t.clone()))
-                } else {
-                    b
+            if let Some(t) = numeric(expr, schema) {
+                changed = as_number(low, &t) | as_number(high, &t);
+            }
+        }
+        Expr::InList(InList { expr, list, .. }) => {
+            if let Some(t) = numeric(expr, schema) {
+                for item in list.iter_mut() {
+                    changed |= as_number(item, &t);
                 }
-            };
-            let e = Expr::Between(Between {
-                expr,
-                negated,
-                low: bound(low),
-                high: bound(high),
-            });
-            Transformed::new_transformed(e, changed)
+            }
         }
-        Expr::InList(InList {
-            expr,
-            list,
-            negated,
-        }) => {
-            let Some(t) = numeric(&expr, schema) else {
-                return Transformed::no(Expr::InList(InList {
-                    expr,
-                    list,
-                    negated,
-                }));
-            };
-            let changed = list.iter().any(is_text_literal);
-            let list = list
-                .into_iter()
-                .map(|item| {
-                    if is_text_literal(&item) {
-                        cast(item, t.clone())
-                    } else {
-                        item
-                    }
-                })
-                .collect();
-            let e = Expr::InList(InList {
-                expr,
-                list,
-                negated,
-            });
-            Transformed::new_transformed(e, changed)
-        }
-        other => Transformed::no(other),
+        _ => {}
     }
+    Transformed::new_transformed(e, changed)
+}
+
+/// Casts `e` to `t` when it is a text literal; whether it was.
+fn as_number(e: &mut Expr, t: &DataType) -> bool {
+    if !is_text_literal(e) {
+        return false;
+    }
+    let literal = std::mem::replace(e, Expr::Literal(ScalarValue::Null, None));
+    *e = cast(literal, t.clone());
+    true
 }
 
 /// `e`'s type, when it is a number.
