@@ -295,6 +295,9 @@ fn truth_positions(node: &LogicalPlan) -> Vec<*const Expr> {
 
 fn expression(e: &Expr, schema: &DFSchema, truth: &[*const Expr], found: &mut Constructs) {
     let type_of = |x: &Expr| x.get_type(schema).ok();
+    if crate::pg_unknown_literals::reads_text_as_number(e, schema) {
+        found.insert("text_literal_as_number".into());
+    }
     // Where only truth counts, a NULL and false filter alike.
     let value = if truth.contains(&(e as *const Expr)) {
         ""
@@ -456,6 +459,26 @@ mod tests {
             "regexp_replace:classes(text,text,text)",
         ] {
             assert!(c.contains(name), "{name} in {c:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_quoted_literal_compared_with_a_number_is_named() {
+        for sql in [
+            "SELECT count(*) FROM t WHERE a BETWEEN '0' AND 4",
+            "SELECT count(*) FROM t WHERE '5' < d",
+            "SELECT count(*) FROM t WHERE f IN (1.5, '2')",
+        ] {
+            let c = of(sql).await;
+            assert!(c.contains("text_literal_as_number"), "{sql}: {c:?}");
+        }
+        for sql in [
+            "SELECT count(*) FROM t WHERE a BETWEEN 0 AND 4",
+            "SELECT count(*) FROM t WHERE s = '5'",
+            "SELECT count(*) FROM t WHERE CAST(a AS VARCHAR) IN ('1', '2')",
+        ] {
+            let c = of(sql).await;
+            assert!(!c.contains("text_literal_as_number"), "{sql}: {c:?}");
         }
     }
 

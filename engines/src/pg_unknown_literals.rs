@@ -69,6 +69,25 @@ fn typed(mut e: Expr, schema: &DFSchema) -> Transformed<Expr> {
     Transformed::new_transformed(e, changed)
 }
 
+/// Whether `e` compares a quoted literal with a number (what [`PgUnknownLiterals`] reads as that
+/// number): a construct of its own, since engines read it differently
+/// ([`crate::constructs`]).
+pub(crate) fn reads_text_as_number(e: &Expr, schema: &DFSchema) -> bool {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if compares(*op) => {
+            (numeric(left, schema).is_some() && is_text_literal(right))
+                || (numeric(right, schema).is_some() && is_text_literal(left))
+        }
+        Expr::Between(Between {
+            expr, low, high, ..
+        }) => numeric(expr, schema).is_some() && (is_text_literal(low) || is_text_literal(high)),
+        Expr::InList(InList { expr, list, .. }) => {
+            numeric(expr, schema).is_some() && list.iter().any(is_text_literal)
+        }
+        _ => false,
+    }
+}
+
 /// Casts `e` to `t` when it is a text literal; whether it was.
 fn as_number(e: &mut Expr, t: &DataType) -> bool {
     if !is_text_literal(e) {
