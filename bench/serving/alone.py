@@ -3,7 +3,8 @@ serving.py (which runs three gateways beside PostgreSQL, where rows move by abou
 
     .cache/venv/bin/python bench/serving/alone.py CASE [extended|simple] [SECONDS] [--perf]
 
-CASE is a serving.py case name, or a substring of some ("SELECT 1", "100 hot", "accel");
+CASE is a serving.py case name, or a substring of some ("SELECT 1", "100 hot", "accel"), or
+`idle`: the gateway's RSS idle and with 1,000 idle connections (as serving.py prints it);
 an accelerated case runs on a gateway with serving.py's [acceleration] config (cache off), once
 its copy answers. The lake (serving.py's shop.orders) is built once in
 BENCH_LAKE (default /tmp/lakegate-serving-alone); LAKEGATE_BIN names the binary (say which build
@@ -67,7 +68,10 @@ def main() -> None:
                 recorder.send_signal(2)
                 recorder.wait()
             us = ticks / s.CLK / max(count, 1) * 1e6
-            print(f"{name:<26} {mode:<9} {tps:>9.0f} tps {us:>7.0f} µs CPU/statement", flush=True)
+            print(f"{name:<26} {mode:<9} {tps:>9.0f} tps {us:>7.0f} µs CPU/statement, "
+                  f"RSS {s.rss_mb(gw.proc.pid):.0f} MB", flush=True)
+        if want == "idle":
+            s.idle_connections(gw)
     finally:
         gw.proc.terminate()
         gw.proc.wait(timeout=30)

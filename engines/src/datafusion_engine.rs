@@ -204,7 +204,7 @@ impl DataFusionEngine {
             param_types,
             schema,
             features: crate::semantics::features(&analyzed),
-            constructs,
+            constructs: Arc::new(constructs),
         })
     }
 

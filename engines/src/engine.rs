@@ -149,8 +149,8 @@ pub struct Described {
     /// The PostgreSQL behaviours it relies on that not every engine reproduces.
     pub features: crate::semantics::Features,
     /// What it is made of ([`crate::constructs`]): an engine answers only statements made of
-    /// constructs verified on it.
-    pub constructs: crate::constructs::Constructs,
+    /// constructs verified on it. Shared: a description is cloned per statement.
+    pub constructs: Arc<crate::constructs::Constructs>,
 }
 
 /// A query engine that reads the lake.

@@ -13,7 +13,12 @@
 //!
 //! - every placeholder is `$n` with a known type (not an extension type), and every execution's
 //!   values have exactly those types (else the execution binds first, as before): the analyser
-//!   then coerces a value as it coerced its placeholder;
+//!   then coerces a value as it coerced its placeholder. A placeholder under an explicit cast
+//!   (`CAST($1 AS INT)`: how the gateway passes a type a driver declared in Parse, psycopg's
+//!   `int`, pgJDBC's `setInt`) takes that cast's type; a value of it casts to itself;
+//! - no column is cast to a placeholder's type in a comparison (a `bigint` declared for an
+//!   `integer` column): binding first, the optimiser moves such a cast onto the value, and the
+//!   scan looks the column up by it;
 //! - every placeholder is an operand of a binary operator, an `IN` list or a `BETWEEN`, or such
 //!   an operand's cast of a placeholder that is not text (checked after analysis): the rules
 //!   that read a value (PostgreSQL's date/time input reads a text literal under a cast; a
@@ -23,13 +28,16 @@
 //!   tables.
 //!
 //! The optimiser's own rules are exact for any value of an operand; with a placeholder they only
-//! fold less (`x = NULL` is evaluated, not folded away).
+//! fold less (`x = NULL` is evaluated, not folded away). The one fold a lookup needs, a value's
+//! cast to its column's type, is done at binding ([`fold_casts`]), with the same cast kernel.
 
 use std::collections::BTreeMap;
 
-use arrow::datatypes::DataType;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field};
 use datafusion::common::ParamValues;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::expr::{Cast, Placeholder, TryCast};
 use datafusion::logical_expr::{Expr, LogicalPlan};
@@ -56,7 +64,7 @@ impl Optimized {
         }
         let analyzed = state
             .analyzer()
-            .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
+            .execute_and_check(typed_by_casts(plan), state.config_options(), |_, _| {})
             .inspect_err(|e| tracing::debug!(error = %e, "not optimised before binding"))
             .ok()?;
         let Some(types) = opaque_placeholders(&analyzed) else {
@@ -71,6 +79,7 @@ impl Optimized {
             .optimize(analyzed, state, |_, _| {})
             .inspect_err(|e| tracing::debug!(error = %e, "not optimised before binding"))
             .ok()?;
+        tracing::debug!(types = ?types, "optimised before binding");
         Some(Self { plan, types })
     }
 
@@ -101,10 +110,76 @@ impl Optimized {
                 .plan
                 .clone()
                 .replace_params_with_values(params)
+                .and_then(fold_casts)
                 .map_err(Into::into),
             None => Ok(self.plan.clone()),
         })
     }
+}
+
+/// `plan` with each placeholder under an explicit cast (`CAST($1 AS INT)`: how the gateway
+/// passes a type the client declared in Parse) in a filter replaced by a placeholder of that
+/// type: equal for every value of that type, which is all [`Optimized::bind`] binds into it.
+/// Only in filters: elsewhere the expression's text names an output column.
+fn typed_by_casts(plan: &LogicalPlan) -> LogicalPlan {
+    let typed = plan.clone().transform_up_with_subqueries(|node| {
+        if !matches!(node, LogicalPlan::Filter(_)) {
+            return Ok(Transformed::no(node));
+        }
+        node.map_expressions(|e| {
+            e.transform_up(|e| {
+                let Expr::Cast(Cast { expr, data_type }) = e else {
+                    return Ok(Transformed::no(e));
+                };
+                match *expr {
+                    Expr::Placeholder(p)
+                        if p.field.as_ref().is_none_or(|f| f.data_type() == &data_type) =>
+                    {
+                        let field = Arc::new(Field::new("", data_type, true));
+                        Ok(Transformed::yes(Expr::Placeholder(
+                            Placeholder::new_with_field(p.id, Some(field)),
+                        )))
+                    }
+                    expr => Ok(Transformed::no(Expr::Cast(Cast::new(
+                        Box::new(expr),
+                        data_type,
+                    )))),
+                }
+            })
+        })
+    });
+    match typed {
+        Ok(t) => t.data,
+        Err(_) => plan.clone(),
+    }
+}
+
+/// `plan` (its values bound) with each cast of a value folded into the value, as the optimiser
+/// folds it when values are bound first (a placeholder's cast to the column's type is then a
+/// literal the scan can prune and look up by). A cast that fails stays, to fail at execution
+/// as it would have.
+fn fold_casts(plan: LogicalPlan) -> datafusion::common::Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        node.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                Expr::Cast(Cast { expr, data_type }) => match *expr {
+                    Expr::Literal(value, metadata) => match value.cast_to(&data_type) {
+                        Ok(folded) => Ok(Transformed::yes(Expr::Literal(folded, None))),
+                        Err(_) => Ok(Transformed::no(Expr::Cast(Cast::new(
+                            Box::new(Expr::Literal(value, metadata)),
+                            data_type,
+                        )))),
+                    },
+                    expr => Ok(Transformed::no(Expr::Cast(Cast::new(
+                        Box::new(expr),
+                        data_type,
+                    )))),
+                },
+                e => Ok(Transformed::no(e)),
+            })
+        })
+    })
+    .map(|t| t.data)
 }
 
 /// The types of `analyzed`'s placeholders in `$n` order, when each is `$n`, typed, without
@@ -148,6 +223,15 @@ fn operand_check(e: &Expr, operand: bool, types: &mut BTreeMap<usize, DataType>)
     if let Some(p) = placeholder {
         return operand && typed(p).is_some_and(|(n, t)| record(types, n, t));
     }
+    // A column the analyser cast to a placeholder's type (`CAST(int_col AS BIGINT) = $1`, a
+    // `bigint` declared for an `integer` column): bound first, the optimiser moves the cast to
+    // the value and the scan looks the column up by it; optimised before binding, it could not.
+    if let Expr::BinaryExpr(b) = e
+        && (cast_column(&b.left) && has_placeholder(&b.right)
+            || cast_column(&b.right) && has_placeholder(&b.left))
+    {
+        return false;
+    }
     let children_are_operands =
         matches!(e, Expr::BinaryExpr(_) | Expr::InList(_) | Expr::Between(_));
     let mut ok = true;
@@ -156,6 +240,21 @@ fn operand_check(e: &Expr, operand: bool, types: &mut BTreeMap<usize, DataType>)
         Ok(stop_unless(ok))
     });
     ok
+}
+
+/// A cast of something other than a value (a column, an expression of columns).
+fn cast_column(e: &Expr) -> bool {
+    match e {
+        Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. }) => {
+            !matches!(expr.as_ref(), Expr::Literal(..) | Expr::Placeholder(_))
+        }
+        _ => false,
+    }
+}
+
+fn has_placeholder(e: &Expr) -> bool {
+    e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
+        .unwrap_or(true)
 }
 
 /// Records `$n`'s type; false when `$n` was seen with another.
@@ -339,6 +438,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_declared_type_types_the_placeholder() {
+        let ctx = context().await;
+        let cases: Vec<(&str, Vec<ScalarValue>)> = vec![
+            (
+                "SELECT column2 FROM t WHERE column1 = CAST($1 AS INT)",
+                vec![ScalarValue::Int32(Some(2)), ScalarValue::Int32(None)],
+            ),
+            (
+                "SELECT column1 FROM t WHERE column3 > CAST($1 AS DATE) ORDER BY 1",
+                vec![ScalarValue::Date32(Some(19_754))],
+            ),
+            (
+                "SELECT c32 FROM u WHERE c32 <> CAST($1 AS INT) ORDER BY 1",
+                vec![ScalarValue::Int32(Some(5))],
+            ),
+        ];
+        for (sql, values) in cases {
+            let plan = unbound(&ctx, sql).await;
+            let optimized = Optimized::of(&plan, &ctx.state())
+                .unwrap_or_else(|| panic!("{sql} is optimised before binding"));
+            for value in values {
+                let p = params(vec![value]);
+                let later = optimized.bind(Some(&p)).expect("fits").expect("bind");
+                // The value is cast where the optimiser would have cast it: a literal the scan
+                // prunes by, not a cast evaluated per row.
+                let shown = later.display_indent().to_string();
+                assert!(!shown.contains("CAST("), "{sql}: {shown}");
+                assert_eq!(
+                    answer(&ctx, later).await,
+                    bound_first(&ctx, &plan, &p).await,
+                    "{sql} with {p:?}"
+                );
+            }
+            // A value of another type (text, undeclared) binds first, into the explicit cast.
+            let text = params(vec![ScalarValue::Utf8(Some("2".into()))]);
+            assert!(optimized.bind(Some(&text)).is_none(), "{sql}");
+        }
+    }
+
+    #[tokio::test]
     async fn values_of_other_types_bind_first() {
         let ctx = context().await;
         let plan = unbound(&ctx, "SELECT column2 FROM t WHERE column1 = $1").await;
@@ -359,8 +498,12 @@ mod tests {
         for sql in [
             // A function's argument (its return type or simplification may read a value).
             "SELECT column1 FROM t WHERE upper(column2) = upper($1)",
-            // A cast of the value (PostgreSQL's date/time input reads a text literal there).
-            "SELECT column1 FROM t WHERE column3 > CAST($1 AS DATE)",
+            // A cast of a text value (PostgreSQL's date/time input reads a text literal there).
+            "SELECT column1 FROM t WHERE column3 > CAST(CAST($1 AS TEXT) AS DATE)",
+            // A column cast to a declared type: bound first, the optimiser unwraps it.
+            "SELECT c32 FROM u WHERE c32 = CAST($1 AS BIGINT)",
+            // A declared type outside a filter (the expression names the column).
+            "SELECT c32 = CAST($1 AS INT) FROM u",
             // The whole expression.
             "SELECT $1 = column1 AS same, $2 FROM t",
             // EXPLAIN's output lists the optimiser's plans, made per execution.

@@ -332,6 +332,54 @@ def test_untyped_parameters_of_a_kept_plan_answer_as_literals_do(serving):
     assert found >= 8, "most executions must find rows"
 
 
+def test_declared_parameter_types_of_a_kept_plan_answer_as_literals_do(serving):
+    """Parameters a driver declares in Parse (psycopg's `int` as int2, int4 or int8 by its
+    value, `date`, `Decimal` as numeric) reach the engine under a cast to the declared type; a
+    kept plan types its placeholders by those casts and is optimised once. A `bigint` declared
+    for the `integer` column is bound first instead. Every execution must answer as the same
+    statement with its values written as literals, on both engines, as the rows say."""
+    gw, cat = serving
+    rows = cat.load_table("serving.events").scan().to_arrow().to_pylist()
+    day = dt.date(2024, 3, 4)
+    statements = [
+        ("SELECT event_id, kind FROM serving.events WHERE event_id = %s",
+         "SELECT event_id, kind FROM serving.events WHERE event_id = {}",
+         [17, 250, 99999, 2**40, 17, 40_000]),
+        ("SELECT count(*) FROM serving.events WHERE day = %s AND customer_id BETWEEN %s AND %s",
+         "SELECT count(*) FROM serving.events WHERE day = {} AND customer_id BETWEEN {} AND {}",
+         [(day, 0, 4), (day + dt.timedelta(days=1), 2, 9), (dt.date(1999, 1, 1), 0, 9),
+          (day, 0, 4), (day, 2**33, 2**34)]),
+        ("SELECT event_id FROM serving.events WHERE customer_id = %s AND amount > %s "
+         "ORDER BY event_id LIMIT 5",
+         "SELECT event_id FROM serving.events WHERE customer_id = {} AND amount > {} "
+         "ORDER BY event_id LIMIT 5",
+         [(3, decimal.Decimal("10.5")), (36, decimal.Decimal("0")), (3, decimal.Decimal("10.5")),
+          (2**40, decimal.Decimal("1"))]),
+    ]
+
+    def literal(v):
+        if isinstance(v, dt.date):
+            return f"DATE '{v.isoformat()}'"
+        return str(v)
+
+    found = 0
+    for engine in ("datafusion", "accelerated"):
+        with psycopg.connect(gw.dsn, autocommit=True, options=f"-c lakegate.engine={engine}") \
+                as conn:
+            for sql, written, executions in statements:
+                for values in executions:
+                    values = values if isinstance(values, tuple) else (values,)
+                    got = conn.execute(sql, values, prepare=True).fetchall()
+                    want = conn.execute(written.format(*map(literal, values))).fetchall()
+                    assert got == want, (engine, sql, values)
+                    found += bool(want) and want != [(0,)]
+                    if sql.startswith("SELECT count(*)"):
+                        truth = sum(1 for r in rows if r["day"] == values[0]
+                                    and values[1] <= r["customer_id"] <= values[2])
+                        assert want == [(truth,)], (engine, values)
+    assert found >= 8, "most executions must find rows"
+
+
 def test_lakegate_acceleration_lists_each_held_table_and_indexes_hot_columns(serving):
     """The columns the telemetry finds filtered on most are indexed from the next copy on."""
     gw, cat = serving

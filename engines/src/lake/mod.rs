@@ -361,14 +361,16 @@ impl Lake {
     /// # Errors
     /// [`Error::CatalogUnavailable`] when the catalog fails.
     pub async fn directory(&self) -> Result<Directory> {
-        self.bounded("listing tables", self.directory_now()).await
+        self.bounded(|| "listing tables".into(), self.directory_now())
+            .await
     }
 
     /// `work` against the catalog, failing with [`Error::CatalogUnavailable`] after the
-    /// configured timeout (a frozen catalog must not hang statements).
+    /// configured timeout (a frozen catalog must not hang statements). `what` names the work
+    /// in that error (printed only then).
     async fn bounded<T>(
         &self,
-        what: &str,
+        what: impl FnOnce() -> String,
         work: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         match tokio::time::timeout(self.timeout, work).await {
@@ -378,8 +380,9 @@ impl Lake {
                 source: Box::new(iceberg::Error::new(
                     iceberg::ErrorKind::Unexpected,
                     format!(
-                        "no answer within {:?} {what} (catalog.timeout)",
-                        self.timeout
+                        "no answer within {:?} {} (catalog.timeout)",
+                        self.timeout,
+                        what()
                     ),
                 )),
             }),
@@ -456,7 +459,7 @@ impl Lake {
         max_staleness: std::time::Duration,
     ) -> Result<ResolvedTable> {
         self.bounded(
-            &format!("resolving {schema}.{table}"),
+            || format!("resolving {schema}.{table}"),
             self.resolve_now(schema, table, max_staleness),
         )
         .await

@@ -125,6 +125,17 @@ pub struct Rewrites {
     planned: OnceLock<Described>,
     /// The statement as the client wrote it, printed (for the history; at its first use).
     text: OnceLock<String>,
+    /// The last schema [`Plan::with_origins`] annotated: the mirror's attributes it read, the
+    /// schema and the annotated schema (a kept plan's executions annotate the same schema).
+    annotated: std::sync::Mutex<Option<Annotated>>,
+}
+
+/// A result schema with its columns' catalog places, and what they were read from.
+#[derive(Debug)]
+struct Annotated {
+    attributes: Arc<crate::mirror::database::Attributes>,
+    schema: arrow::datatypes::SchemaRef,
+    annotated: arrow::datatypes::SchemaRef,
 }
 
 impl Rewrites {
@@ -144,6 +155,7 @@ impl Rewrites {
             tree: OnceLock::new(),
             planned: OnceLock::new(),
             text: OnceLock::new(),
+            annotated: std::sync::Mutex::new(None),
         }
     }
 
@@ -257,15 +269,30 @@ impl Plan {
         &self,
         schema: &arrow::datatypes::SchemaRef,
     ) -> arrow::datatypes::SchemaRef {
-        match (&self.rewrites.origins, &self.mirror) {
-            (Some(origins), Some(db)) => {
-                let attributes = db.attributes();
-                super::origins::annotate(schema, origins, |s, t, c| {
-                    attributes.get(s)?.get(t)?.get(c).copied()
-                })
-            }
-            _ => schema.clone(),
+        let (Some(origins), Some(db)) = (&self.rewrites.origins, &self.mirror) else {
+            return schema.clone();
+        };
+        let attributes = db.attributes();
+        let mut last = self
+            .rewrites
+            .annotated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = last.as_ref()
+            && Arc::ptr_eq(&a.attributes, &attributes)
+            && (Arc::ptr_eq(&a.schema, schema) || a.schema == *schema)
+        {
+            return a.annotated.clone();
         }
+        let annotated = super::origins::annotate(schema, origins, |s, t, c| {
+            attributes.get(s)?.get(t)?.get(c).copied()
+        });
+        *last = Some(Annotated {
+            attributes,
+            schema: schema.clone(),
+            annotated: annotated.clone(),
+        });
+        annotated
     }
 }
 
