@@ -40,7 +40,36 @@ type Entries = Arc<[ManifestEntryRef]>;
 #[derive(Debug, Clone)]
 pub(crate) struct SnapshotFiles {
     manifests: Arc<[Entries]>,
+    /// The bounds of each column a filter compared, file by file (made at its first filter).
+    columns: Arc<Columns>,
 }
+
+/// What pruning reads of one file's column, taken out of the file's maps once per snapshot:
+/// looking four maps up per file and column was most of a point lookup's pruning of 666 files
+/// (perf, release build, 2026-12-05: 7% of the statement's CPU).
+#[derive(Debug)]
+struct ColumnStat {
+    lower: Option<Datum>,
+    upper: Option<Datum>,
+    only_nulls: bool,
+}
+
+impl ColumnStat {
+    fn of(file: &DataFile, id: i32) -> Self {
+        Self {
+            lower: file.lower_bounds().get(&id).cloned(),
+            upper: file.upper_bounds().get(&id).cloned(),
+            only_nulls: only_nulls(
+                file.null_value_counts().get(&id),
+                file.value_counts().get(&id),
+            ),
+        }
+    }
+}
+
+/// Each compared column's [`ColumnStat`]s, in the order of [`SnapshotFiles::data_files`].
+#[derive(Debug, Default)]
+struct Columns(std::sync::Mutex<std::collections::HashMap<i32, Arc<[ColumnStat]>>>);
 
 impl SnapshotFiles {
     /// How many data files the snapshot has.
@@ -55,9 +84,51 @@ impl SnapshotFiles {
         field_ids: &[i32],
         predicate: Option<&BoundPredicate>,
     ) -> Vec<FileScanTask> {
+        let Some(predicate) = predicate else {
+            return self
+                .data_files()
+                .map(|file| task(file, schema, field_ids, None))
+                .collect();
+        };
+        let columns = self.compared(predicate);
         self.data_files()
-            .filter(|file| predicate.is_none_or(|p| might_match(p, file)))
-            .map(|file| task(file, schema, field_ids, predicate))
+            .enumerate()
+            .filter(|(at, file)| {
+                let stat = |id: i32| match columns.iter().find(|(c, _)| *c == id) {
+                    Some((_, stats)) => stats.get(*at).map(ColumnStat::view),
+                    None => Some(ColumnStat::of(file, id).into_view()),
+                };
+                matches_with(predicate, file, &stat)
+            })
+            .map(|(_, file)| task(file, schema, field_ids, Some(predicate)))
+            .collect()
+    }
+
+    /// The kept stats of every column `predicate` compares (made now for a column seen first).
+    fn compared(&self, predicate: &BoundPredicate) -> Vec<(i32, Arc<[ColumnStat]>)> {
+        let mut ids = Vec::new();
+        compared_columns(predicate, &mut ids);
+        ids.into_iter()
+            .map(|id| {
+                let kept = self
+                    .columns
+                    .0
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&id)
+                    .cloned();
+                let stats = kept.unwrap_or_else(|| {
+                    let made: Arc<[ColumnStat]> =
+                        self.data_files().map(|f| ColumnStat::of(f, id)).collect();
+                    self.columns
+                        .0
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(id, made.clone());
+                    made
+                });
+                (id, stats)
+            })
             .collect()
     }
 
@@ -177,6 +248,7 @@ impl FileIndex {
                 .await?;
             Some(SnapshotFiles {
                 manifests: manifests.into(),
+                columns: Arc::default(),
             })
         } else {
             None
@@ -203,17 +275,75 @@ impl FileIndex {
 }
 
 /// Whether `file` may hold a row `predicate` accepts (`false` only when its bounds prove not).
-pub(crate) fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
+#[cfg(test)]
+fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
+    matches_with(predicate, file, &|id| {
+        Some(ColumnStat::of(file, id).into_view())
+    })
+}
+
+/// A column's bounds and whether it holds only NULLs in one file, borrowed or owned.
+enum StatView<'a> {
+    Kept(&'a ColumnStat),
+    Made(ColumnStat),
+}
+
+impl ColumnStat {
+    fn view(&self) -> StatView<'_> {
+        StatView::Kept(self)
+    }
+
+    fn into_view(self) -> StatView<'static> {
+        StatView::Made(self)
+    }
+}
+
+impl std::ops::Deref for StatView<'_> {
+    type Target = ColumnStat;
+
+    fn deref(&self) -> &ColumnStat {
+        match self {
+            StatView::Kept(s) => s,
+            StatView::Made(s) => s,
+        }
+    }
+}
+
+/// The columns `predicate` compares with a value (what [`compare`] reads), once each.
+fn compared_columns(predicate: &BoundPredicate, ids: &mut Vec<i32>) {
+    let mut add = |id: i32| {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    };
+    match predicate {
+        BoundPredicate::And(e) | BoundPredicate::Or(e) => {
+            let [a, b] = e.inputs();
+            compared_columns(a, ids);
+            compared_columns(b, ids);
+        }
+        BoundPredicate::Binary(b) => add(b.term().field().id),
+        BoundPredicate::Set(s) => add(s.term().field().id),
+        _ => {}
+    }
+}
+
+/// [`might_match`], reading a compared column's stats from `stat` (`None`: nothing known).
+fn matches_with<'a>(
+    predicate: &BoundPredicate,
+    file: &DataFile,
+    stat: &impl Fn(i32) -> Option<StatView<'a>>,
+) -> bool {
     match predicate {
         BoundPredicate::AlwaysTrue => true,
         BoundPredicate::AlwaysFalse => false,
         BoundPredicate::And(e) => {
             let [a, b] = e.inputs();
-            might_match(a, file) && might_match(b, file)
+            matches_with(a, file, stat) && matches_with(b, file, stat)
         }
         BoundPredicate::Or(e) => {
             let [a, b] = e.inputs();
-            might_match(a, file) || might_match(b, file)
+            matches_with(a, file, stat) || matches_with(b, file, stat)
         }
         // Bounds say nothing certain about a negation.
         BoundPredicate::Not(_) => true,
@@ -229,15 +359,18 @@ pub(crate) fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
         }
         BoundPredicate::Binary(b) => {
             let field = b.term().field();
-            !comparable(&field.field_type) || compare(b.op(), field.id, b.literal(), file)
+            !comparable(&field.field_type)
+                || stat(field.id).is_none_or(|s| compare(b.op(), b.literal(), &s))
         }
         BoundPredicate::Set(s) => {
             let field = s.term().field();
             match s.op() {
-                PredicateOperator::In if comparable(&field.field_type) => s
-                    .literals()
-                    .iter()
-                    .any(|d| compare(PredicateOperator::Eq, field.id, d, file)),
+                PredicateOperator::In if comparable(&field.field_type) => stat(field.id)
+                    .is_none_or(|st| {
+                        s.literals()
+                            .iter()
+                            .any(|d| compare(PredicateOperator::Eq, d, &st))
+                    }),
                 _ => true,
             }
         }
@@ -257,13 +390,11 @@ fn only_nulls(nulls: Option<&u64>, values: Option<&u64>) -> bool {
     matches!((nulls, values), (Some(n), Some(v)) if n == v)
 }
 
-/// Whether a column comparison `column <op> datum` may hold for a row of `file`.
-fn compare(op: PredicateOperator, id: i32, datum: &Datum, file: &DataFile) -> bool {
+/// Whether a column comparison `column <op> datum` may hold for a row of a file whose column
+/// has `stat`.
+fn compare(op: PredicateOperator, datum: &Datum, stat: &ColumnStat) -> bool {
     use std::cmp::Ordering::{Equal, Greater, Less};
-    if only_nulls(
-        file.null_value_counts().get(&id),
-        file.value_counts().get(&id),
-    ) {
+    if stat.only_nulls {
         // A comparison with NULL is never true.
         return !matches!(
             op,
@@ -274,14 +405,8 @@ fn compare(op: PredicateOperator, id: i32, datum: &Datum, file: &DataFile) -> bo
                 | PredicateOperator::GreaterThanOrEq
         );
     }
-    let lower = file
-        .lower_bounds()
-        .get(&id)
-        .and_then(|l| l.partial_cmp(datum));
-    let upper = file
-        .upper_bounds()
-        .get(&id)
-        .and_then(|u| u.partial_cmp(datum));
+    let lower = stat.lower.as_ref().and_then(|l| l.partial_cmp(datum));
+    let upper = stat.upper.as_ref().and_then(|u| u.partial_cmp(datum));
     match op {
         PredicateOperator::Eq => lower != Some(Greater) && upper != Some(Less),
         PredicateOperator::LessThan => !matches!(lower, Some(Greater | Equal)),

@@ -3,11 +3,11 @@ use std::sync::Arc;
 
 use iceberg::expr::{Bind, Predicate, Reference};
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, NestedField, PrimitiveType,
-    Schema, Struct, Type,
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, ManifestEntry,
+    ManifestEntryRef, ManifestStatus, NestedField, PrimitiveType, Schema, Struct, Type,
 };
 
-use super::might_match;
+use super::{SnapshotFiles, might_match};
 
 fn schema() -> Arc<Schema> {
     Arc::new(
@@ -25,6 +25,11 @@ fn schema() -> Arc<Schema> {
 
 /// A file whose `id` spans `lo..=hi` (`None`: no bounds), with `nulls` of `rows` ids NULL.
 fn file(bounds: Option<(i64, i64)>, nulls: u64, rows: u64) -> DataFile {
+    file_at("file:///t/data.parquet", bounds, nulls, rows)
+}
+
+/// [`file`] at `path`.
+fn file_at(path: &str, bounds: Option<(i64, i64)>, nulls: u64, rows: u64) -> DataFile {
     let (mut lower, mut upper) = (HashMap::new(), HashMap::new());
     if let Some((lo, hi)) = bounds {
         lower.insert(1, Datum::long(lo));
@@ -36,7 +41,7 @@ fn file(bounds: Option<(i64, i64)>, nulls: u64, rows: u64) -> DataFile {
     }
     DataFileBuilder::default()
         .content(DataContentType::Data)
-        .file_path("file:///t/data.parquet".to_string())
+        .file_path(path.to_string())
         .file_format(DataFileFormat::Parquet)
         .partition(Struct::empty())
         .partition_spec_id(0)
@@ -50,9 +55,26 @@ fn file(bounds: Option<(i64, i64)>, nulls: u64, rows: u64) -> DataFile {
         .expect("data file")
 }
 
+/// Whether `f` may match, asked of the file itself and of a snapshot holding it (whose column
+/// stats are kept from its first filter: asked twice); both must agree.
 fn matches(predicate: Predicate, f: &DataFile) -> bool {
     let bound = predicate.bind(schema(), true).expect("binds");
-    might_match(&bound, f)
+    let fresh = might_match(&bound, f);
+    let entry = ManifestEntry::builder()
+        .status(ManifestStatus::Added)
+        .snapshot_id(1)
+        .data_file(f.clone())
+        .build();
+    let entries: Arc<[ManifestEntryRef]> = vec![Arc::new(entry)].into();
+    let snapshot = SnapshotFiles {
+        manifests: vec![entries].into(),
+        columns: Arc::default(),
+    };
+    for _ in 0..2 {
+        let tasks = snapshot.tasks(&schema(), &[1], Some(&bound));
+        assert_eq!(tasks.len(), usize::from(fresh), "{bound}");
+    }
+    fresh
 }
 
 fn uuid(text: &str) -> Datum {
@@ -124,4 +146,70 @@ fn nulls_decide_null_tests_and_comparisons() {
     assert!(!matches(id().is_null(), &no_null));
     assert!(matches(id().is_not_null(), &no_null));
     assert!(matches(id().is_null(), &file(Some((1, 2)), 3, 10)));
+}
+
+#[test]
+fn a_snapshot_of_many_manifests_keeps_each_files_stats_in_place() {
+    let ranges = [
+        (0, 9),
+        (100, 199),
+        (10, 99),
+        (900, 999),
+        (150, 160),
+        (500, 600),
+    ];
+    let files: Vec<DataFile> = ranges
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            file_at(
+                &format!("file:///t/{i}.parquet"),
+                Some(*r),
+                u64::from(i == 5) * 10,
+                10,
+            )
+        })
+        .collect();
+    let entry = |f: &DataFile| -> ManifestEntryRef {
+        Arc::new(
+            ManifestEntry::builder()
+                .status(ManifestStatus::Added)
+                .snapshot_id(1)
+                .data_file(f.clone())
+                .build(),
+        )
+    };
+    // Three manifests of two files each.
+    let manifests: Vec<Arc<[ManifestEntryRef]>> = files
+        .chunks(2)
+        .map(|c| c.iter().map(entry).collect())
+        .collect();
+    let snapshot = SnapshotFiles {
+        manifests: manifests.into(),
+        columns: Arc::default(),
+    };
+    for predicate in [
+        id().is_in([Datum::long(5), Datum::long(155)]),
+        id().greater_than(Datum::long(550))
+            .or(id().equal_to(Datum::long(50))),
+        id().less_than(Datum::long(120))
+            .and(id().greater_than_or_equal_to(Datum::long(9))),
+        id().equal_to(Datum::long(550)),
+    ] {
+        let bound = predicate.bind(schema(), true).expect("binds");
+        let want: Vec<String> = files
+            .iter()
+            .filter(|f| might_match(&bound, f))
+            .map(|f| f.file_path().to_string())
+            .collect();
+        for _ in 0..2 {
+            let got: Vec<String> = snapshot
+                .tasks(&schema(), &[1], Some(&bound))
+                .into_iter()
+                .map(|t| t.data_file_path)
+                .collect();
+            assert_eq!(got, want, "{bound}");
+        }
+        assert!(want.len() < files.len(), "{bound} prunes something");
+    }
 }
