@@ -283,6 +283,28 @@ def test_a_kept_plan_binds_each_executions_values_and_never_freezes_the_clock(se
             assert second > first, engine
 
 
+def answer_as_literals(gw, statements, literal, options, count_truth) -> int:
+    """Runs each (prepared, literal form, executions) of `statements` on both engines with the
+    session `options`: each execution's answer must equal the literal form's with its values
+    written by `literal`, and a `count(*)`'s answer `count_truth(values)` when that is not
+    None. Returns how many executions found rows."""
+    found = 0
+    for engine in ("datafusion", "accelerated"):
+        with psycopg.connect(gw.dsn, autocommit=True,
+                             options=f"-c lakegate.engine={engine} {options}") as conn:
+            for sql, written, executions in statements:
+                for values in executions:
+                    values = values if isinstance(values, tuple) else (values,)
+                    got = conn.execute(sql, values, prepare=True).fetchall()
+                    want = conn.execute(written.format(*map(literal, values))).fetchall()
+                    assert got == want, (engine, sql, values)
+                    found += bool(want) and want != [(0,)]
+                    truth = count_truth(values) if sql.startswith("SELECT count(*)") else None
+                    if truth is not None:
+                        assert want == [(truth,)], (engine, values)
+    return found
+
+
 def test_untyped_parameters_of_a_kept_plan_answer_as_literals_do(serving):
     """Parameters a client sends untyped (psycopg's `str`, pgbench's values) take their type
     from the column they are compared with; a kept plan is then optimised once with its
@@ -310,25 +332,16 @@ def test_untyped_parameters_of_a_kept_plan_answer_as_literals_do(serving):
     def literal(v):
         return "NULL" if v is None else "'" + v.replace("'", "''") + "'"
 
-    found = 0
-    for engine in ("datafusion", "accelerated"):
-        with psycopg.connect(gw.dsn, autocommit=True, options=f"-c lakegate.engine={engine} "
-                             "-c TimeZone=America/New_York") as conn:
-            for sql, written, executions in statements:
-                for values in executions:
-                    values = values if isinstance(values, tuple) else (values,)
-                    got = conn.execute(sql, values, prepare=True).fetchall()
-                    want = conn.execute(written.format(*map(literal, values))).fetchall()
-                    assert got == want, (engine, sql, values)
-                    found += bool(want) and want != [(0,)]
-                    if sql.startswith("SELECT count(*)") and values[0]:
-                        # A quoted '0' compared with an integer is the integer 0 (PostgreSQL's
-                        # `unknown`), not text: customer 10 is not between '0' and '4'.
-                        day = dt.date.fromisoformat(values[0])
-                        low, high = int(values[1]), int(values[2])
-                        truth = sum(1 for r in rows
-                                    if r["day"] == day and low <= r["customer_id"] <= high)
-                        assert want == [(truth,)], (engine, values)
+    def truth(values):
+        # A quoted '0' compared with an integer is the integer 0 (PostgreSQL's `unknown`), not
+        # text: customer 10 is not between '0' and '4'.
+        if not values[0]:
+            return None
+        day = dt.date.fromisoformat(values[0])
+        low, high = int(values[1]), int(values[2])
+        return sum(1 for r in rows if r["day"] == day and low <= r["customer_id"] <= high)
+
+    found = answer_as_literals(gw, statements, literal, "-c TimeZone=America/New_York", truth)
     assert found >= 8, "most executions must find rows"
 
 
@@ -362,21 +375,11 @@ def test_declared_parameter_types_of_a_kept_plan_answer_as_literals_do(serving):
             return f"DATE '{v.isoformat()}'"
         return str(v)
 
-    found = 0
-    for engine in ("datafusion", "accelerated"):
-        with psycopg.connect(gw.dsn, autocommit=True, options=f"-c lakegate.engine={engine}") \
-                as conn:
-            for sql, written, executions in statements:
-                for values in executions:
-                    values = values if isinstance(values, tuple) else (values,)
-                    got = conn.execute(sql, values, prepare=True).fetchall()
-                    want = conn.execute(written.format(*map(literal, values))).fetchall()
-                    assert got == want, (engine, sql, values)
-                    found += bool(want) and want != [(0,)]
-                    if sql.startswith("SELECT count(*)"):
-                        truth = sum(1 for r in rows if r["day"] == values[0]
-                                    and values[1] <= r["customer_id"] <= values[2])
-                        assert want == [(truth,)], (engine, values)
+    def truth(values):
+        return sum(1 for r in rows
+                   if r["day"] == values[0] and values[1] <= r["customer_id"] <= values[2])
+
+    found = answer_as_literals(gw, statements, literal, "", truth)
     assert found >= 8, "most executions must find rows"
 
 
