@@ -50,6 +50,8 @@ pub(crate) struct Optimized {
     plan: LogicalPlan,
     /// `$1, $2, …`'s types, in order.
     types: Vec<DataType>,
+    /// Whether a placeholder is under a cast (its bound value's cast is folded per execution).
+    casts_values: bool,
 }
 
 impl Optimized {
@@ -80,7 +82,22 @@ impl Optimized {
             .inspect_err(|e| tracing::debug!(error = %e, "not optimised before binding"))
             .ok()?;
         tracing::debug!(types = ?types, "optimised before binding");
-        Some(Self { plan, types })
+        let mut casts_values = false;
+        let _ = plan.apply_with_subqueries(|node| {
+            node.apply_expressions(|e| {
+                casts_values |= e.exists(|e| {
+                    Ok(matches!(e, Expr::Cast(Cast { expr, .. })
+                        if matches!(expr.as_ref(), Expr::Placeholder(_))))
+                })?;
+                Ok(stop_unless(!casts_values))
+            })?;
+            Ok(stop_unless(!casts_values))
+        });
+        Some(Self {
+            plan,
+            types,
+            casts_values,
+        })
     }
 
     /// The optimised plan with `params` bound; `None` when they are not exactly of the types
@@ -110,7 +127,13 @@ impl Optimized {
                 .plan
                 .clone()
                 .replace_params_with_values(params)
-                .and_then(fold_casts)
+                .and_then(|bound| {
+                    if self.casts_values {
+                        fold_casts(bound)
+                    } else {
+                        Ok(bound)
+                    }
+                })
                 .map_err(Into::into),
             None => Ok(self.plan.clone()),
         })

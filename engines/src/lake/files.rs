@@ -94,9 +94,12 @@ impl SnapshotFiles {
         self.data_files()
             .enumerate()
             .filter(|(at, file)| {
-                let stat = |id: i32| match columns.iter().find(|(c, _)| *c == id) {
-                    Some((_, stats)) => stats.get(*at).map(ColumnStat::view),
-                    None => Some(ColumnStat::of(file, id).into_view()),
+                // Every compared column is in `columns`; a file without a stat is kept.
+                let stat = |id: i32| {
+                    columns
+                        .iter()
+                        .find(|(c, _)| *c == id)
+                        .and_then(|(_, stats)| stats.get(*at))
                 };
                 matches_with(predicate, file, &stat)
             })
@@ -108,26 +111,13 @@ impl SnapshotFiles {
     fn compared(&self, predicate: &BoundPredicate) -> Vec<(i32, Arc<[ColumnStat]>)> {
         let mut ids = Vec::new();
         compared_columns(predicate, &mut ids);
+        let mut kept = self.columns.0.lock().unwrap_or_else(|p| p.into_inner());
         ids.into_iter()
             .map(|id| {
-                let kept = self
-                    .columns
-                    .0
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&id)
-                    .cloned();
-                let stats = kept.unwrap_or_else(|| {
-                    let made: Arc<[ColumnStat]> =
-                        self.data_files().map(|f| ColumnStat::of(f, id)).collect();
-                    self.columns
-                        .0
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(id, made.clone());
-                    made
-                });
-                (id, stats)
+                let stats = kept
+                    .entry(id)
+                    .or_insert_with(|| self.data_files().map(|f| ColumnStat::of(f, id)).collect());
+                (id, stats.clone())
             })
             .collect()
     }
@@ -277,36 +267,14 @@ impl FileIndex {
 /// Whether `file` may hold a row `predicate` accepts (`false` only when its bounds prove not).
 #[cfg(test)]
 fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
-    matches_with(predicate, file, &|id| {
-        Some(ColumnStat::of(file, id).into_view())
-    })
-}
-
-/// A column's bounds and whether it holds only NULLs in one file, borrowed or owned.
-enum StatView<'a> {
-    Kept(&'a ColumnStat),
-    Made(ColumnStat),
-}
-
-impl ColumnStat {
-    fn view(&self) -> StatView<'_> {
-        StatView::Kept(self)
-    }
-
-    fn into_view(self) -> StatView<'static> {
-        StatView::Made(self)
-    }
-}
-
-impl std::ops::Deref for StatView<'_> {
-    type Target = ColumnStat;
-
-    fn deref(&self) -> &ColumnStat {
-        match self {
-            StatView::Kept(s) => s,
-            StatView::Made(s) => s,
-        }
-    }
+    let mut ids = Vec::new();
+    compared_columns(predicate, &mut ids);
+    let stats: Vec<(i32, ColumnStat)> = ids
+        .into_iter()
+        .map(|id| (id, ColumnStat::of(file, id)))
+        .collect();
+    let stat = |id: i32| stats.iter().find(|(c, _)| *c == id).map(|(_, s)| s);
+    matches_with(predicate, file, &stat)
 }
 
 /// The columns `predicate` compares with a value (what [`compare`] reads), once each.
@@ -332,7 +300,7 @@ fn compared_columns(predicate: &BoundPredicate, ids: &mut Vec<i32>) {
 fn matches_with<'a>(
     predicate: &BoundPredicate,
     file: &DataFile,
-    stat: &impl Fn(i32) -> Option<StatView<'a>>,
+    stat: &impl Fn(i32) -> Option<&'a ColumnStat>,
 ) -> bool {
     match predicate {
         BoundPredicate::AlwaysTrue => true,
@@ -360,7 +328,7 @@ fn matches_with<'a>(
         BoundPredicate::Binary(b) => {
             let field = b.term().field();
             !comparable(&field.field_type)
-                || stat(field.id).is_none_or(|s| compare(b.op(), b.literal(), &s))
+                || stat(field.id).is_none_or(|s| compare(b.op(), b.literal(), s))
         }
         BoundPredicate::Set(s) => {
             let field = s.term().field();
@@ -369,7 +337,7 @@ fn matches_with<'a>(
                     .is_none_or(|st| {
                         s.literals()
                             .iter()
-                            .any(|d| compare(PredicateOperator::Eq, d, &st))
+                            .any(|d| compare(PredicateOperator::Eq, d, st))
                     }),
                 _ => true,
             }
