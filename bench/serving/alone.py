@@ -6,7 +6,8 @@ serving.py (which runs three gateways beside PostgreSQL, where rows move by abou
 CASE is a serving.py case name, or a substring of some ("SELECT 1", "100 hot", "accel"), or
 `idle`: the gateway's RSS idle and with 1,000 idle connections (as serving.py prints it);
 an accelerated case runs on a gateway with serving.py's [acceleration] config (cache off), once
-its copy answers. The lake (serving.py's shop.orders) is built once in
+its copy answers; a "cache off" case on a gateway with the result cache off. BENCH_CONFIG adds
+TOML to the gateway's config (`BENCH_CONFIG=$'[storage.cache]\ndecoded_bytes = 0\n'`: an A/B). The lake (serving.py's shop.orders) is built once in
 BENCH_LAKE (default /tmp/lakegate-serving-alone); LAKEGATE_BIN names the binary (say which build
 when quoting). Each case gets a 2 s warm-up, then prints tps and the gateway's CPU per
 statement; with --perf, `perf record --call-graph dwarf` of the measured run goes to
@@ -39,11 +40,17 @@ def main() -> None:
         flags = s.load_lake(root / "lake")
     cases = [c for c in s.CASES if c[0] == want] or [c for c in s.CASES if want in c[0]]
     accelerated = any(which == "accelerated" for _, _, which in cases)
+    # BENCH_CONFIG: TOML added to the gateway's config (an A/B of one setting).
+    config = os.environ.get("BENCH_CONFIG", "")
     if accelerated:
-        config = root / "accel.toml"
-        config.write_text(s.ACCELERATION)
-        flags = [*flags, "--config", str(config)]
+        config += s.ACCELERATION
         cases = [c for c in cases if c[2] == "accelerated"]
+    elif any(which == "uncached" for _, _, which in cases):
+        config += "[cache]\nenabled = false\n"
+        cases = [c for c in cases if c[2] == "uncached"]
+    if config:
+        (root / "gateway.toml").write_text(config)
+        flags = [*flags, "--config", str(root / "gateway.toml")]
     gw = s.start_gateway(flags)
     try:
         if accelerated:

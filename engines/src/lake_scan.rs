@@ -34,6 +34,7 @@ use iceberg_datafusion::IcebergStaticTableProvider;
 use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 
 use crate::lake::Lake;
+use crate::lake::decoded::DecodedFiles;
 
 fn external(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -147,6 +148,8 @@ impl LakeTable {
         let output = Arc::new(arrow.project(&columns)?);
         Ok(Some(LakeScanExec {
             reader: self.lake.files().reader(&self.table),
+            decoded: self.lake.files().decoded().cloned(),
+            table: self.table.metadata().uuid(),
             files: files.len(),
             tasks: tasks.into(),
             properties: Arc::new(PlanProperties::new(
@@ -205,6 +208,10 @@ impl TableProvider for LakeTable {
 /// Reads the files a statement's filters left, with iceberg-rust's Parquet reader.
 struct LakeScanExec {
     reader: iceberg::arrow::ArrowReader,
+    /// Small files kept decoded ([`crate::lake::decoded`]; `None`: off).
+    decoded: Option<Arc<DecodedFiles>>,
+    /// The table's UUID (part of a decoded file's key).
+    table: uuid::Uuid,
     /// Data files of the snapshot (for EXPLAIN).
     files: usize,
     tasks: Arc<[FileScanTask]>,
@@ -271,16 +278,23 @@ impl ExecutionPlan for LakeScanExec {
         _partition: usize,
         _context: Arc<TaskContext>,
     ) -> DFResult<SendableRecordBatchStream> {
-        let tasks: Vec<iceberg::Result<FileScanTask>> =
-            self.tasks.iter().cloned().map(Ok).collect();
-        let read = self
-            .reader
-            .clone()
-            .read(Box::pin(futures::stream::iter(tasks)))
-            .map_err(external)?;
+        let read = match &self.decoded {
+            Some(decoded) => decoded
+                .read(&self.reader, self.table, &self.tasks)
+                .map_err(external)?,
+            None => {
+                let tasks: Vec<iceberg::Result<FileScanTask>> =
+                    self.tasks.iter().cloned().map(Ok).collect();
+                self.reader
+                    .clone()
+                    .read(Box::pin(futures::stream::iter(tasks)))
+                    .map_err(external)?
+                    .stream()
+            }
+        };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
-            read.stream().map_err(external).boxed(),
+            read.map_err(external).boxed(),
         )))
     }
 }

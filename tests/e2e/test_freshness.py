@@ -176,3 +176,68 @@ def test_a_statement_asks_the_catalog_once_and_a_prepared_one_sees_later_commits
         with conn.pipeline():
             cursors = [conn.execute("SELECT count(*) FROM batch_ticks") for _ in range(3)]
         assert [c.fetchone() for c in cursors] == [(30,)] * 3
+
+
+def decoded(conn) -> tuple[int, int]:
+    stats = dict(conn.execute("SELECT name, value FROM lakegate.cache_stats").fetchall())
+    return stats["decoded_file_hits"], stats["decoded_file_misses"]
+
+
+def test_small_files_kept_decoded_answer_as_the_files_do(gateway, lake_dir):
+    """DataFusion keeps small data files decoded by path ([storage.cache] decoded_bytes): a
+    later scan of the same file reads it from memory. Every answer must stay the files' own:
+    under other filters than the first read's, after a column is added and one renamed (the
+    same files read under a new schema), and after a delete rewrote files."""
+    cat = wh.catalog(str(lake_dir))
+    table = cat.create_table("public.kept_files", schema=wh.Schema(
+        wh.NestedField(1, "id", wh.LongType(), required=True),
+        wh.NestedField(2, "score", wh.DoubleType(), required=False),
+        wh.NestedField(3, "label", wh.StringType(), required=False)))
+    rows: list[tuple] = []
+    for c in range(6):  # one small file per commit
+        batch = probe_rows(c * 40, 40)
+        table.append(probe_table(batch))
+        rows += batch
+    conn = psycopg.connect(gateway.dsn, autocommit=True,
+                           options="-c lakegate.engine=datafusion")
+    try:
+        def check(column: str, when: str) -> None:
+            hits, _ = decoded(conn)
+            for sql, keep in PROBE_FILTERS:
+                want = [r for r in rows if keep(r)]
+                truth = (len(want), sum(r[0] for r in want) if want else None,
+                         len([r for r in want if r[2] is not None]))
+                where = sql.replace("label", column)
+                got = conn.execute(f"SELECT count(*), sum(id), count({column}) FROM kept_files "
+                                   f"WHERE {where}").fetchone()
+                assert got == truth, f"{when}: WHERE {where}"
+            assert decoded(conn)[0] > hits, f"{when}: no file came from memory"
+
+        first_hits, first_misses = decoded(conn)
+        check("label", "six appends")
+        hits, misses = decoded(conn)
+        # Each file was decoded at most once per projection the filters need ({id, label} and
+        # {id, score, label}); a file a filter's bounds skipped may never be.
+        assert misses - first_misses <= 12 and hits > first_hits
+
+        # The next snapshot reads under the new schema (iceberg-rust reads a snapshot with the
+        # schema it was written under): the kept files' columns are named anew.
+        cat.load_table("public.kept_files").update_schema().add_column(
+            "extra", wh.LongType()).commit()
+        with cat.load_table("public.kept_files").update_schema() as update:
+            update.rename_column("label", "tag")
+        more = probe_rows(1000, 5)
+        evolved = pa.schema([*PROBE.remove(2), pa.field("tag", pa.string()),
+                             pa.field("extra", pa.int64())])
+        cat.load_table("public.kept_files").append(pa.Table.from_pylist(
+            [{"id": i, "score": sc, "tag": t, "extra": i} for i, sc, t in more], schema=evolved))
+        rows += more
+        check("tag", "a column added and one renamed")
+        assert conn.execute("SELECT count(extra), sum(extra), count(*) FROM kept_files"
+                            ).fetchone() == (5, sum(r[0] for r in more), len(rows))
+
+        cat.load_table("public.kept_files").delete("id >= 50 and id < 90")
+        rows = [r for r in rows if not 50 <= r[0] < 90]
+        check("tag", "after a delete")
+    finally:
+        conn.close()

@@ -24,6 +24,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
+use super::decoded::DecodedFiles;
 use crate::error::Result;
 
 /// Property that makes iceberg-rust map columns by name (files written without field ids).
@@ -164,6 +165,8 @@ pub(crate) struct FileIndex {
     snapshots: moka::sync::Cache<String, Option<SnapshotFiles>>,
     /// A Parquet reader per table version (building one asks the OS for the CPU count).
     readers: moka::sync::Cache<String, ArrowReader>,
+    /// Small data files kept decoded (`None`: off).
+    decoded: Option<Arc<DecodedFiles>>,
 }
 
 impl std::fmt::Debug for FileIndex {
@@ -177,6 +180,13 @@ impl std::fmt::Debug for FileIndex {
 
 impl Default for FileIndex {
     fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl FileIndex {
+    /// An empty index that keeps up to `decoded_bytes` of small files decoded (0: none).
+    pub(crate) fn new(decoded_bytes: u64) -> Self {
         let weigh = |n: usize| u32::try_from(n.saturating_add(1)).unwrap_or(u32::MAX);
         Self {
             manifests: moka::sync::Cache::builder()
@@ -190,11 +200,15 @@ impl Default for FileIndex {
                 })
                 .build(),
             readers: moka::sync::Cache::new(1024),
+            decoded: DecodedFiles::new(decoded_bytes),
         }
     }
-}
 
-impl FileIndex {
+    /// The small files kept decoded (`None`: off).
+    pub(crate) fn decoded(&self) -> Option<&Arc<DecodedFiles>> {
+        self.decoded.as_ref()
+    }
+
     /// iceberg-rust's Parquet reader for `table` (kept per metadata location).
     pub(crate) fn reader(&self, table: &Table) -> ArrowReader {
         match table.metadata_location() {

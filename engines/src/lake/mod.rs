@@ -5,6 +5,7 @@
 //! any writer is visible to the very next query; parsed metadata is cached by location, so an
 //! unchanged table costs no metadata read.
 
+pub mod decoded;
 pub mod estimate;
 pub(crate) mod files;
 mod jdbc_schema;
@@ -273,6 +274,7 @@ impl Lake {
             }
         };
         let tokens = TokenSource::connect(kind, &config).await?;
+        let files = files::FileIndex::new(config.storage.cache.decoded_bytes);
         Ok(Self {
             config,
             catalog,
@@ -283,13 +285,18 @@ impl Lake {
             recent: Mutex::new(HashMap::new()),
             stats: TokenStats::default(),
             object_cache,
-            files: files::FileIndex::default(),
+            files,
         })
     }
 
     /// The kept data files of the snapshots read so far (scan planning).
     pub(crate) fn files(&self) -> &files::FileIndex {
         &self.files
+    }
+
+    /// The decoded small files' numbers (`None`: `[storage.cache] decoded_bytes = 0`).
+    pub fn decoded_stats(&self) -> Option<decoded::DecodedStats> {
+        self.files.decoded().map(|d| d.stats())
     }
 
     /// The object cache's numbers (`None` for a local lake, which has no object cache).

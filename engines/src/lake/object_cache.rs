@@ -42,6 +42,9 @@ pub struct ObjectCacheConfig {
     pub metadata_bytes: u64,
     /// Bytes for Parquet data ranges.
     pub data_bytes: u64,
+    /// Bytes of small data files kept decoded as Arrow ([`super::decoded`]), on every lake,
+    /// local ones too (0: none; `enabled` does not turn it off).
+    pub decoded_bytes: u64,
 }
 
 impl Default for ObjectCacheConfig {
@@ -50,6 +53,7 @@ impl Default for ObjectCacheConfig {
             enabled: true,
             metadata_bytes: 256 << 20,
             data_bytes: 1 << 30,
+            decoded_bytes: 64 << 20,
         }
     }
 }

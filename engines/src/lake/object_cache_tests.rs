@@ -98,6 +98,7 @@ async fn the_tiers_stay_within_their_bounds() {
         enabled: true,
         metadata_bytes: 8 << 10,
         data_bytes: 8 << 10,
+        ..ObjectCacheConfig::default()
     };
     let (s, cache) = storage(config);
     for i in 0..64 {

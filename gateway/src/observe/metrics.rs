@@ -170,7 +170,7 @@ impl Metrics {
             GaugeVec::new(
                 Opts::new(
                     "lakegate_object_cache",
-                    "The cache of immutable lake objects (object-store lakes), by tier (metadata: metadata JSON, manifests, Parquet footers; data: Parquet pages): hits, misses, hit_bytes, miss_bytes, bytes, capacity_bytes",
+                    "The cache of immutable lake objects, by tier (object-store lakes: metadata: metadata JSON, manifests, Parquet footers; data: Parquet pages; every lake: decoded: small data files kept as Arrow, hits and misses counted in files): hits, misses, hit_bytes, miss_bytes, bytes, capacity_bytes",
                 ),
                 &["tier", "stat"],
             )?,
@@ -392,6 +392,13 @@ impl Metrics {
                 self.object_requests
                     .with_label_values(&[request.name()])
                     .set(*count as f64);
+            }
+        }
+        if let Some(d) = scrape.lake.decoded_stats() {
+            for (stat, value) in [("hits", d.hits), ("misses", d.misses), ("bytes", d.bytes)] {
+                self.objects
+                    .with_label_values(&["decoded", stat])
+                    .set(value as f64);
             }
         }
         if let Some(accelerator) = scrape.accelerator {

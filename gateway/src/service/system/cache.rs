@@ -1,5 +1,5 @@
-//! `lakegate.cache_stats`: the result cache's counters and sizes, and the catalog's version
-//! token lookups, one row per counter.
+//! `lakegate.cache_stats`: the result cache's counters and sizes, the catalog's version token
+//! lookups, the object cache's and the decoded small files', one row per counter.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,6 +14,7 @@ pub async fn stats_batch(
     cache: &ResultCache,
     tokens: &lakegate_engines::lake::TokenStats,
     objects: Option<lakegate_engines::lake::ObjectCacheStats>,
+    decoded: Option<lakegate_engines::lake::decoded::DecodedStats>,
 ) -> RecordBatch {
     let mut rows = cache.stats_values().await;
     rows.extend([
@@ -29,6 +30,13 @@ pub async fn stats_batch(
     ]);
     if let Some(objects) = objects {
         rows.extend(object_rows(&objects));
+    }
+    if let Some(d) = decoded {
+        rows.extend([
+            ("decoded_file_hits", d.hits),
+            ("decoded_file_misses", d.misses),
+            ("decoded_bytes", d.bytes),
+        ]);
     }
     let schema = Arc::new(Schema::new(vec![
         Field::new("name", DataType::Utf8, false),

@@ -116,6 +116,7 @@ impl GatewayService {
                         &self.cache,
                         self.lake.token_stats(),
                         self.lake.object_cache_stats(),
+                        self.lake.decoded_stats(),
                     )
                     .await
                 }
