@@ -151,9 +151,7 @@ impl DecodedFiles {
                 async move {
                     // Every row: the kept file answers later scans with other filters.
                     task.predicate = None;
-                    let read = reader.read(Box::pin(stream::iter([Ok(task)])))?;
-                    let rows: Vec<RecordBatch> = read.stream().try_collect().await?;
-                    let rows: Rows = rows.into();
+                    let rows: Rows = super::files::read_file(reader, task).await?.into();
                     this.files.insert(key, Arc::clone(&rows));
                     Ok::<_, iceberg::Error>(stream::iter(batches(rows)))
                 }

@@ -132,6 +132,18 @@ impl SnapshotFiles {
     }
 }
 
+/// Every batch `reader` gives for one task (one file).
+///
+/// # Errors
+/// The reader's.
+pub(crate) async fn read_file(
+    reader: ArrowReader,
+    task: FileScanTask,
+) -> iceberg::Result<Vec<arrow::array::RecordBatch>> {
+    let read = reader.read(Box::pin(futures::stream::iter([Ok(task)])))?;
+    read.stream().try_collect().await
+}
+
 /// The scan task reading `field_ids` of all of `file` with `schema`, filtered by `predicate`.
 pub(crate) fn task(
     file: &DataFile,
