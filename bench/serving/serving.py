@@ -3,9 +3,10 @@
 shop.orders is written as a streaming writer leaves it — COMMITS small appends into a table
 partitioned by day(event_ts), so each commit adds a few files and one manifest — then read by
 pgbench (`-M extended` and `-M simple`, CLIENTS clients) on both servers: SELECT 1, a point
-lookup on 100 hot ids (result-cache hits), a point lookup over all ids (misses), one customer's
-last 20 orders, the dashboard aggregate repeated (hits), and the dashboard with lakegate's result
-cache off. Each case on the table as streamed and after `lakegate maintenance run --once`.
+lookup on 100 hot ids (result-cache hits), a point lookup over all ids and one customer's last
+20 orders (both read from files: lakegate's result cache off), the dashboard aggregate repeated
+(hits), and the dashboard with lakegate's result cache off; then the dashboard's median latency
+for one client. Each case on the table as streamed and after `lakegate maintenance run --once`.
 Printed per case: tps of both, the ratio, and lakegate's CPU per statement (utime+stime of the
 gateway process from /proc over the transactions pgbench counted). Then ADBC over Flight SQL for
 the point lookup, the gateway's idle RSS, and its RSS with 1,000 idle connections open. The
@@ -54,11 +55,13 @@ CASES = [
     ("SELECT 1", "SELECT 1;\n", "cached"),
     (f"point, {HOT} hot ids", f"\\set id random(1, {HOT})\n"
      "SELECT * FROM shop.orders WHERE order_id = :id;\n", "cached"),
+    # Misses read from files: on the gateway with the result cache off (with it on, repeats of
+    # the 2,000 customers become hits within seconds).
     ("point, all ids", f"\\set id random(1, {ROWS})\n"
-     "SELECT * FROM shop.orders WHERE order_id = :id;\n", "cached"),
+     "SELECT * FROM shop.orders WHERE order_id = :id;\n", "uncached"),
     ("customer's last 20", f"\\set c random(0, {CUSTOMERS - 1})\n"
      "SELECT * FROM shop.orders WHERE customer_id = :c ORDER BY event_ts DESC LIMIT 20;\n",
-     "cached"),
+     "uncached"),
     ("dashboard", "SELECT status, count(*), sum(amount) FROM shop.orders "
      "GROUP BY status ORDER BY status;\n", "cached"),
     ("dashboard, cache off", "SELECT status, count(*), sum(amount) FROM shop.orders "
@@ -170,6 +173,34 @@ def pgbench(port: int, user: str, db: str, script: Path, mode: str) -> tuple[flo
     return tps, count
 
 
+def p50_ms(port: int, user: str, db: str, script: Path, work: Path) -> float:
+    """The median latency of one client running `script` for SECONDS (pgbench's per-statement
+    log: the third field is the latency in µs)."""
+    logs = work / "latency"
+    logs.mkdir(exist_ok=True)
+    for old in logs.iterdir():
+        old.unlink()
+    subprocess.run(
+        ["pgbench", "-n", "-M", "extended", "-c", "1", "-T", str(SECONDS), "-f", str(script),
+         "-l", "--log-prefix", str(logs / "log"), "-h", "127.0.0.1", "-p", str(port),
+         "-U", user, db],
+        capture_output=True, text=True, timeout=SECONDS * 10 + 60, cwd=logs)
+    us = sorted(int(line.split()[2]) for f in logs.iterdir() for line in f.read_text().splitlines())
+    return us[len(us) // 2] / 1000 if us else float("nan")
+
+
+def dashboard_p50(label: str, pg_port: int, gateways: dict, work: Path) -> None:
+    """The dashboard's median latency for one client: cache off from files, and accelerated."""
+    script = work / "dashboard.sql"
+    script.write_text(next(sql for name, sql, _ in CASES if name == "dashboard, cache off"))
+    pg = p50_ms(pg_port, "postgres", "postgres", script, work)
+    files = p50_ms(gateways["uncached"].port, "bench", "lakegate", script, work)
+    wait_accelerated(gateways["accelerated"])
+    accel = p50_ms(gateways["accelerated"].port, "bench", "lakegate", script, work)
+    print(f"{label:<9} dashboard p50, 1 client: PostgreSQL {pg:.1f} ms, lakegate cache off "
+          f"{files:.1f} ms (files), {accel:.1f} ms (accelerated)", flush=True)
+
+
 def run_cases(label: str, pg_port: int, gateways: dict, work: Path, out: list) -> None:
     for mode in ("extended", "simple"):
         for name, sql, which in CASES:
@@ -272,6 +303,7 @@ def main() -> None:
               f"{'lg/pg':>7} {'lg µs CPU':>10}", flush=True)
         out: list = []
         run_cases("streamed", pg_port, gateways, work, out)
+        dashboard_p50("streamed", pg_port, gateways, work)
         maint = work / "maint.toml"
         maint.write_text('[maintenance]\nmin_input_files = 2\nsettle_after = "1s"\n'
                          f'log_path = "{work}/ops.jsonl"\n')
@@ -282,6 +314,7 @@ def main() -> None:
             raise SystemExit(f"maintenance failed:\n{done.stderr[-3000:]}")
         answered_from_memory(gateways["accelerated"])
         run_cases("maintained", pg_port, gateways, work, out)
+        dashboard_p50("maintained", pg_port, gateways, work)
         print(f"gateway RSS after the runs {rss_text(gateways['cached'].proc.pid)}",
               flush=True)
         flight_point(gateways["uncached"], pg_port, "files")
