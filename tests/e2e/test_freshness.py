@@ -92,20 +92,26 @@ PROBE_FILTERS = [
 ]
 
 
+def create_probe(cat, name: str, files: int, rows: int) -> list[tuple]:
+    """A probe table of `files` appends of `rows` rows each (ids in disjoint ranges); its rows."""
+    table = cat.create_table(name, schema=wh.Schema(
+        wh.NestedField(1, "id", wh.LongType(), required=True),
+        wh.NestedField(2, "score", wh.DoubleType(), required=False),
+        wh.NestedField(3, "label", wh.StringType(), required=False)))
+    written: list[tuple] = []
+    for c in range(files):
+        batch = probe_rows(c * rows, rows)
+        table.append(probe_table(batch))
+        written += batch
+    return written
+
+
 def test_filtered_reads_over_many_commits_give_every_matching_row(gateway, lake_dir):
     """The embedded engines keep each snapshot's data files and skip those whose column bounds
     prove no row matches; every filter must still give PostgreSQL's answer, on each commit,
     after a delete rewrote files, and for a float column (NaN is not in its bounds)."""
     cat = wh.catalog(str(lake_dir))
-    table = cat.create_table("public.probe", schema=wh.Schema(
-        wh.NestedField(1, "id", wh.LongType(), required=True),
-        wh.NestedField(2, "score", wh.DoubleType(), required=False),
-        wh.NestedField(3, "label", wh.StringType(), required=False)))
-    rows: list[tuple] = []
-    for c in range(8):  # one file per commit, ids in disjoint ranges
-        batch = probe_rows(c * 50, 50)
-        table.append(probe_table(batch))
-        rows += batch
+    rows = create_probe(cat, "public.probe", files=8, rows=50)  # one file per commit, ids in disjoint ranges
     conns = {e: psycopg.connect(gateway.dsn, autocommit=True, options=f"-c lakegate.engine={e}")
              for e in ("datafusion", "duckdb")}
 
@@ -189,15 +195,7 @@ def test_small_files_kept_decoded_answer_as_the_files_do(gateway, lake_dir):
     under other filters than the first read's, after a column is added and one renamed (the
     same files read under a new schema), and after a delete rewrote files."""
     cat = wh.catalog(str(lake_dir))
-    table = cat.create_table("public.kept_files", schema=wh.Schema(
-        wh.NestedField(1, "id", wh.LongType(), required=True),
-        wh.NestedField(2, "score", wh.DoubleType(), required=False),
-        wh.NestedField(3, "label", wh.StringType(), required=False)))
-    rows: list[tuple] = []
-    for c in range(6):  # one small file per commit
-        batch = probe_rows(c * 40, 40)
-        table.append(probe_table(batch))
-        rows += batch
+    rows = create_probe(cat, "public.kept_files", files=6, rows=40)  # one small file per commit
     conn = psycopg.connect(gateway.dsn, autocommit=True,
                            options="-c lakegate.engine=datafusion")
     try:

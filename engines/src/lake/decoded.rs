@@ -14,7 +14,8 @@
 //! file), the snapshot's schema and the projected field ids; the scan's filters are `Inexact`,
 //! so DataFusion checks every row as before. Files with delete files are never taken (the
 //! indexed scan does not take such snapshots anyway). Bounded by bytes (`[storage.cache]
-//! decoded_bytes`, TinyLFU); only files of at most [`SMALL_FILE`] bytes.
+//! decoded_bytes`, TinyLFU; `enabled = false` turns it off with the object cache); only files
+//! of at most [`SMALL_FILE`] bytes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -171,3 +172,7 @@ impl DecodedFiles {
 fn batches(rows: Rows) -> impl Iterator<Item = iceberg::Result<RecordBatch>> {
     (0..rows.len()).map(move |i| Ok(rows[i].clone()))
 }
+
+#[cfg(test)]
+#[path = "decoded_tests.rs"]
+mod tests;

@@ -274,7 +274,14 @@ impl Lake {
             }
         };
         let tokens = TokenSource::connect(kind, &config).await?;
-        let files = files::FileIndex::new(config.storage.cache.decoded_bytes);
+        // `[storage.cache] enabled = false`: nothing read from the lake is kept, decoded files
+        // included (every statement reads the files).
+        let cache = &config.storage.cache;
+        let files = files::FileIndex::new(if cache.enabled {
+            cache.decoded_bytes
+        } else {
+            0
+        });
         Ok(Self {
             config,
             catalog,

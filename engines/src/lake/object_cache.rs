@@ -36,14 +36,15 @@ use tokio::sync::OnceCell;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObjectCacheConfig {
-    /// Whether object-store reads are cached at all.
+    /// Whether lake reads are cached at all: objects (object-store lakes) and decoded files
+    /// (every lake).
     pub enabled: bool,
     /// Bytes for metadata JSON, manifest lists, manifests and Parquet footers.
     pub metadata_bytes: u64,
     /// Bytes for Parquet data ranges.
     pub data_bytes: u64,
     /// Bytes of small data files kept decoded as Arrow ([`super::decoded`]), on every lake,
-    /// local ones too (0: none; `enabled` does not turn it off).
+    /// local ones too (0: none).
     pub decoded_bytes: u64,
 }
 
