@@ -1,5 +1,6 @@
 //! The DataFusion table of one pinned Iceberg snapshot, planned from the lake's kept data files
-//! ([`crate::lake::files`]) and read by iceberg-rust's own Parquet reader.
+//! ([`crate::lake::files`]) and read by iceberg-rust's own Parquet reader, small files from
+//! memory once read ([`crate::lake::decoded`]).
 //!
 //! A scan prunes the snapshot's files by the statement's filters (converted to an Iceberg
 //! predicate the way iceberg-datafusion converts them) without reading a manifest; a snapshot
@@ -205,7 +206,8 @@ impl TableProvider for LakeTable {
     }
 }
 
-/// Reads the files a statement's filters left, with iceberg-rust's Parquet reader.
+/// Reads the files a statement's filters left, with iceberg-rust's Parquet reader (small files
+/// through the kept decoded ones when they are on).
 struct LakeScanExec {
     reader: iceberg::arrow::ArrowReader,
     /// Small files kept decoded ([`crate::lake::decoded`]; `None`: off).
