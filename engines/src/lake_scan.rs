@@ -284,15 +284,8 @@ impl ExecutionPlan for LakeScanExec {
             Some(decoded) => decoded
                 .read(&self.reader, self.table, &self.tasks)
                 .map_err(external)?,
-            None => {
-                let tasks: Vec<iceberg::Result<FileScanTask>> =
-                    self.tasks.iter().cloned().map(Ok).collect();
-                self.reader
-                    .clone()
-                    .read(Box::pin(futures::stream::iter(tasks)))
-                    .map_err(external)?
-                    .stream()
-            }
+            None => crate::lake::files::read_tasks(&self.reader, self.tasks.to_vec())
+                .map_err(external)?,
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),

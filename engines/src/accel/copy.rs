@@ -159,7 +159,7 @@ impl TableCopy {
                         let arrow = arrow.clone();
                         async move {
                             let path: Arc<str> = Arc::from(t.data_file_path.as_str());
-                            let batches = crate::lake::files::read_file(reader, t).await?;
+                            let batches = crate::lake::files::read_file(&reader, t).await?;
                             let batches = conform(batches, &arrow)?;
                             Ok::<_, Error>((path, batches.into()))
                         }

@@ -27,6 +27,8 @@ use iceberg::arrow::ArrowReader;
 use iceberg::scan::FileScanTask;
 use uuid::Uuid;
 
+use super::files::{read_file, read_tasks};
+
 /// Files up to this size (the Parquet file, compressed) are kept decoded.
 pub const SMALL_FILE: u64 = 1 << 20;
 /// Files not yet kept that one scan reads at once.
@@ -131,7 +133,7 @@ impl DecodedFiles {
         let (mut kept, mut unread, mut rest) = (Vec::new(), Vec::new(), Vec::new());
         for task in tasks {
             if !Self::takes(task) {
-                rest.push(Ok(task.clone()));
+                rest.push(task.clone());
                 continue;
             }
             let key = Key::of(table, task);
@@ -152,7 +154,7 @@ impl DecodedFiles {
                 async move {
                     // Every row: the kept file answers later scans with other filters.
                     task.predicate = None;
-                    let rows: Rows = super::files::read_file(reader, task).await?.into();
+                    let rows: Rows = read_file(&reader, task).await?.into();
                     this.files.insert(key, Arc::clone(&rows));
                     Ok::<_, iceberg::Error>(stream::iter(batches(rows)))
                 }
@@ -162,7 +164,7 @@ impl DecodedFiles {
         let rest = if rest.is_empty() {
             stream::empty().boxed()
         } else {
-            reader.clone().read(Box::pin(stream::iter(rest)))?.stream()
+            read_tasks(reader, rest)?
         };
         Ok(kept.chain(unread).chain(rest).boxed())
     }

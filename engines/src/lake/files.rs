@@ -132,16 +132,27 @@ impl SnapshotFiles {
     }
 }
 
+/// The batches `reader` gives for `tasks`, as one stream.
+///
+/// # Errors
+/// The reader's, at once or in the stream.
+pub(crate) fn read_tasks(
+    reader: &ArrowReader,
+    tasks: Vec<FileScanTask>,
+) -> iceberg::Result<iceberg::scan::ArrowRecordBatchStream> {
+    let tasks = futures::stream::iter(tasks.into_iter().map(Ok));
+    Ok(reader.clone().read(Box::pin(tasks))?.stream())
+}
+
 /// Every batch `reader` gives for one task (one file).
 ///
 /// # Errors
 /// The reader's.
 pub(crate) async fn read_file(
-    reader: ArrowReader,
+    reader: &ArrowReader,
     task: FileScanTask,
 ) -> iceberg::Result<Vec<arrow::array::RecordBatch>> {
-    let read = reader.read(Box::pin(futures::stream::iter([Ok(task)])))?;
-    read.stream().try_collect().await
+    read_tasks(reader, vec![task])?.try_collect().await
 }
 
 /// The scan task reading `field_ids` of all of `file` with `schema`, filtered by `predicate`.
