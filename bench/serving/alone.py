@@ -64,7 +64,7 @@ def main() -> None:
             recorder = None
             if perf:
                 recorder = subprocess.Popen(
-                    ["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-o",
+                    ["perf", "record", "-F", "499", "--call-graph", "dwarf,65528", "-o",
                      str(root / "perf.data"), "-p", str(gw.proc.pid)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(0.5)

@@ -1,7 +1,8 @@
 //! lakegate's own classifier on client SQL: statement kind, the tables it reads (CTE scopes),
-//! the routing profile, parameter binding, and the column-mask rewrite. No panic, no hang; a
-//! masked statement reads exactly the tables the original does (the access check trusts that
-//! list), and prints back faithfully whenever the original does (text engines run the print).
+//! the routing profile, parameter binding, lifted literals and the column-mask rewrite. No
+//! panic, no hang; a masked or lifted statement reads exactly the tables the original does (the
+//! access check trusts that list), and prints back faithfully whenever the original does (text
+//! engines run the print).
 #![no_main]
 
 use std::collections::BTreeSet;
@@ -40,6 +41,25 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(profile.tables, refs.lake);
         if let Some(filter) = profile::top_where(&statement) {
             let _ = profile::bind_parameters(filter, |n| Some(n.to_string()));
+        }
+        // Lifted literals: the template reads the same tables, has exactly as many
+        // parameters as values, and prints back faithfully whenever the original does.
+        if let Some((template, values)) = lakegate_sql::lift::lift(&statement) {
+            let again = classify::references(&template, "public").map(|r| r.lake).ok();
+            assert_eq!(again.as_ref(), Some(&refs.lake), "{template}");
+            let mut placeholders = 0;
+            let _ = sqlparser::ast::visit_expressions(&template, |e| {
+                if let sqlparser::ast::Expr::Value(v) = e
+                    && matches!(v.value, sqlparser::ast::Value::Placeholder(_))
+                {
+                    placeholders += 1;
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+            assert_eq!(placeholders, values.len(), "{template}");
+            if faithful(&statement) {
+                assert!(faithful(&template), "lifted SQL does not print back: {template}");
+            }
         }
         // Mask column `a` of every table it reads: the rewritten statement reads exactly the
         // same tables, and prints back faithfully whenever the original does (engines other

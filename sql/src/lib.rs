@@ -7,6 +7,7 @@
 
 mod any_all;
 pub mod classify;
+pub mod lift;
 pub mod mask;
 pub mod nesting;
 pub mod profile;

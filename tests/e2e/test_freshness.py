@@ -184,6 +184,41 @@ def test_a_statement_asks_the_catalog_once_and_a_prepared_one_sees_later_commits
         assert [c.fetchone() for c in cursors] == [(30,)] * 3
 
 
+def test_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake_dir):
+    """An app that binds on the client (psycopg's ClientCursor, psycopg2, PHP's PDO) sends each
+    lookup as new text over the simple protocol. The integer literals in its filters are lifted
+    out as typed parameters (sql/src/lift.rs), so later lookups reuse the plan kept for the
+    first: each still answers for its own value (int4 and int8 literals, IN, BETWEEN, NOT, a
+    commit between two lookups), and the query log shows each statement as it was sent."""
+    cat = wh.catalog(str(lake_dir))
+    table = cat.create_table("public.lifted_ticks", schema=wh.Schema(
+        wh.NestedField(1, "tick", wh.LongType(), required=True)))
+    table.append(ticks(1, 50))
+    q = "SELECT tick FROM lifted_ticks WHERE tick = %s"
+    with psycopg.connect(gateway.dsn, autocommit=True,
+                         cursor_factory=psycopg.ClientCursor) as conn:
+        assert conn.execute(q, (1,)).fetchall() == [(1,)]
+        assert conn.execute(q, (2,)).fetchall() == [(2,)]
+        reused = plans(gateway, "plans_reused")
+        for i in range(3, 23):
+            assert conn.execute(q, (i,)).fetchall() == [(i,)]
+        assert plans(gateway, "plans_reused") - reused >= 20
+        assert conn.execute(q, (51,)).fetchall() == []
+        count = "SELECT count(*) FROM lifted_ticks WHERE "
+        for where, want in (("tick < 3000000000", 50), ("tick > 9223372036854775806", 0),
+                            ("tick IN (3, 4, 99) OR tick BETWEEN 40 AND 45", 8),
+                            ("NOT (tick >= 10) AND 2 < tick", 7), ("tick <> 0050", 49)):
+            assert conn.execute(count + where).fetchone() == (want,), where
+        # A commit between two lookups of one plan: the next one reads it.
+        table.append(ticks(51, 10))
+        assert conn.execute(q, (55,)).fetchall() == [(55,)]
+        logged = [r[0] for r in conn.execute(
+            "SELECT query FROM lakegate.queries WHERE query LIKE '%lifted_ticks WHERE tick = %'"
+            " AND query NOT LIKE '%lakegate.queries%' ORDER BY query_id").fetchall()]
+    assert logged[-1] == "SELECT tick FROM lifted_ticks WHERE tick = 55", logged[-3:]
+    assert not any("$" in text for text in logged), logged
+
+
 def decoded(conn) -> tuple[int, int]:
     stats = dict(conn.execute("SELECT name, value FROM lakegate.cache_stats").fetchall())
     return stats["decoded_file_hits"], stats["decoded_file_misses"]

@@ -320,8 +320,19 @@ impl GatewayService {
                     }));
                 }
                 let settings = self.engine_settings(session);
-                let plan = ctx.guard(self.plan(statement, None, settings, ctx)).await?;
-                Ok(Some(ctx.guard(self.description(&plan)).await?))
+                // Described as Execute runs it: its literals lifted (the template's plan is
+                // shared); the client still sees a statement without parameters.
+                let lifted = lift(statement, None);
+                let (runs, params) = match &lifted {
+                    Some((template, values)) => (template, Some(values)),
+                    None => (statement, None),
+                };
+                let plan = ctx.guard(self.plan(runs, params, settings, ctx)).await?;
+                let mut described = ctx.guard(self.description(&plan)).await?;
+                if lifted.is_some() {
+                    described.param_types.clear();
+                }
+                Ok(Some(described))
             }
             StatementKind::Session => Ok(settings::describe(statement)),
             StatementKind::Cursor => match statement {
@@ -408,8 +419,22 @@ impl GatewayService {
                 } else {
                     ctx
                 };
+                // Literals a lookup varies by become parameters, so that lookups sent as
+                // text share one plan (`lakegate_sql::lift`).
+                let lifted = lift(statement, params);
+                let (runs, params, lifted_from) = match &lifted {
+                    Some((template, values)) => (template, Some(values), Some(statement)),
+                    None => (statement, params, None),
+                };
                 let stream = self
-                    .query(statement, params, session, ctx, query::Reading::Statement)
+                    .query(
+                        runs,
+                        params,
+                        lifted_from,
+                        session,
+                        ctx,
+                        query::Reading::Statement,
+                    )
                     .await?;
                 Ok(QueryOutput::Rows {
                     stream,
@@ -451,6 +476,26 @@ impl GatewayService {
     pub async fn table_schema(&self, schema: &str, table: &str) -> Result<SchemaRef> {
         Ok(self.lake.resolve(schema, table).await?.schema)
     }
+}
+
+/// A statement sent without parameters as the template of its lifted literals and their
+/// values, typed as PostgreSQL types the literals ([`lakegate_sql::lift`]); `None` when it has
+/// parameters of its own or nothing to lift.
+fn lift(statement: &Statement, params: Option<&ParamValues>) -> Option<(Statement, ParamValues)> {
+    use datafusion::common::ScalarValue;
+    use lakegate_sql::lift::Lifted;
+    if params.is_some() {
+        return None;
+    }
+    let (template, values) = lakegate_sql::lift::lift(statement)?;
+    let values = values
+        .iter()
+        .map(|v| match *v {
+            Lifted::Int4(v) => ScalarValue::Int32(Some(v)).into(),
+            Lifted::Int8(v) => ScalarValue::Int64(Some(v)).into(),
+        })
+        .collect();
+    Some((template, ParamValues::List(values)))
 }
 
 /// `schema.table@snapshot` of every pinned table (`@empty`: no snapshot yet).

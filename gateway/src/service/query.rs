@@ -53,7 +53,9 @@ pub(crate) enum Reading {
 }
 
 impl GatewayService {
-    /// Runs one query for `session`: its rows, streamed.
+    /// Runs one query for `session`: its rows, streamed. `lifted_from` is the statement as
+    /// the client wrote it when `statement` is its template with the literals lifted out
+    /// ([`lakegate_sql::lift`]): the history shows what the client sent.
     ///
     /// # Errors
     /// Anything planning or running it fails with (also recorded in the history).
@@ -61,12 +63,16 @@ impl GatewayService {
         &self,
         statement: &Statement,
         params: Option<&ParamValues>,
+        lifted_from: Option<&Statement>,
         session: &Session,
         ctx: &StatementContext,
         reading: Reading,
     ) -> Result<SendableRecordBatchStream> {
         // The text is the plan's (printed once per kept plan), or printed here on a failure.
         let mut pending = self.history.start(ctx, String::new());
+        if let Some(written) = lifted_from {
+            pending.set_sql(&written.to_string());
+        }
         match self
             .answer(statement, params, session, ctx, reading, &mut pending)
             .await
@@ -74,7 +80,7 @@ impl GatewayService {
             Ok(stream) => Ok(pending.track(self.history.clone(), stream)),
             Err(e) => {
                 if pending.record.sql.is_empty() {
-                    pending.set_sql(&statement.to_string());
+                    pending.set_sql(&lifted_from.unwrap_or(statement).to_string());
                 }
                 pending.fail(&self.history, &e.to_string());
                 Err(e)
@@ -96,7 +102,9 @@ impl GatewayService {
         let plan = ctx
             .guard(self.plan(statement, params, settings, ctx))
             .await?;
-        pending.set_sql(plan.rewrites.text(statement));
+        if pending.record.sql.is_empty() {
+            pending.set_sql(plan.rewrites.text(statement));
+        }
         let r = &mut pending.record;
         r.snapshots = super::snapshot_list(&plan.resolved.pins, ",");
         r.shape = Some(plan.profile.shape);

@@ -47,7 +47,7 @@ impl GatewayService {
                     };
                     let query = Statement::Query(query.clone());
                     let stream = self
-                        .query(&query, params, session, ctx, Reading::Cursor)
+                        .query(&query, params, None, session, ctx, Reading::Cursor)
                         .await?;
                     let schema = stream.schema();
                     // Fused: a FETCH after the last row reads nothing, however the engine's
