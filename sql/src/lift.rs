@@ -27,7 +27,7 @@ use std::ops::ControlFlow;
 
 use sqlparser::ast::{
     BinaryOperator, CastKind, DataType, Expr, ObjectName, Query, SetExpr, Statement, UnaryOperator,
-    Value, Visit, VisitMut, Visitor, VisitorMut,
+    Value, VisitMut, VisitorMut,
 };
 
 /// Lifted values per statement, at most (a longer `IN` list is left as written).
@@ -48,14 +48,11 @@ pub fn lift(statement: &Statement) -> Option<(Statement, Vec<Lifted>)> {
     if !matches!(statement, Statement::Query(_)) {
         return None;
     }
-    let mut check = Check::default();
-    let _ = statement.visit(&mut check);
-    if check.refused || !check.integers {
-        return None;
-    }
     let mut template = statement.clone();
     let mut lifter = Lifter::default();
-    let _ = VisitMut::visit(&mut template, &mut lifter);
+    if VisitMut::visit(&mut template, &mut lifter).is_break() {
+        return None;
+    }
     let lifted = lifter.values.len();
     (lifted > 0 && lifted <= MAX_LIFTED).then_some((template, lifter.values))
 }
@@ -160,41 +157,10 @@ fn names_catalog(name: &ObjectName) -> bool {
     }
 }
 
-/// Whether a statement may have literals to lift (an integer literal somewhere: the lifter
-/// then works on a copy), and refuses statements with placeholders or catalog tables.
-#[derive(Default)]
-struct Check {
-    integers: bool,
-    refused: bool,
-}
-
-impl Visitor for Check {
-    type Break = ();
-
-    fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<()> {
-        if names_catalog(relation) {
-            self.refused = true;
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    }
-
-    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-        if let Expr::Value(v) = expr {
-            match &v.value {
-                Value::Placeholder(_) => {
-                    self.refused = true;
-                    return ControlFlow::Break(());
-                }
-                Value::Number(..) => self.integers |= liftable(expr).is_some(),
-                _ => {}
-            }
-        }
-        ControlFlow::Continue(())
-    }
-}
-
-/// Replaces liftable literals by cast placeholders, numbering them in visiting order.
+/// Replaces liftable literals by cast placeholders in one walk: a query's WHERE is lifted
+/// after its own expressions were visited (so the placeholders made here are never taken for
+/// the statement's own), inner queries before the query around them. Breaks on a placeholder
+/// of the statement's own or a catalog table: nothing is lifted then.
 #[derive(Default)]
 struct Lifter {
     values: Vec<Lifted>,
@@ -203,7 +169,21 @@ struct Lifter {
 impl VisitorMut for Lifter {
     type Break = ();
 
-    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+    fn pre_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<()> {
+        if names_catalog(relation) {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        match expr {
+            Expr::Value(v) if matches!(v.value, Value::Placeholder(_)) => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
+        }
+    }
+
+    fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         let values = &mut self.values;
         each_where(&mut query.body, &mut |w| {
             each_operand(w, &mut |e| {
@@ -315,9 +295,9 @@ mod tests {
         )
         .expect("lifted");
         assert_eq!(values.len(), 3);
-        assert!(sql.contains("a = CAST($1 AS INT)"), "{sql}");
-        assert!(sql.contains("c = CAST($3 AS INT)"), "{sql}");
-        assert!(sql.contains("d = CAST($2 AS INT)"), "{sql}");
+        assert!(sql.contains("c = CAST($1 AS INT)"), "{sql}");
+        assert!(sql.contains("a = CAST($2 AS INT)"), "{sql}");
+        assert!(sql.contains("d = CAST($3 AS INT)"), "{sql}");
         let again = lifted(
             "SELECT a FROM t WHERE a = 5 AND b IN (SELECT b FROM u WHERE c = 6) \
              UNION ALL SELECT a FROM v WHERE d = 7",
@@ -326,7 +306,7 @@ mod tests {
         assert_eq!(again.0, sql);
         assert_eq!(
             again.1,
-            vec![Lifted::Int4(5), Lifted::Int4(7), Lifted::Int4(6)]
+            vec![Lifted::Int4(6), Lifted::Int4(5), Lifted::Int4(7)]
         );
     }
 

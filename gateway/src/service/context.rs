@@ -94,6 +94,10 @@ pub struct StatementContext {
     /// Scan estimates past this many bytes are pruned by the WHERE even when no group cap asks
     /// for it (an agent's own thresholds; 0: only the group's cap).
     pub prune_above: u64,
+    /// The statement's text as the client sent it, when the frontend has it and the text holds
+    /// this one statement (`lakegate.queries` shows it for a statement whose literals were
+    /// lifted: printing the statement again would cost more than the rest of a cache hit).
+    pub text: Option<std::sync::Arc<str>>,
     deadline: Option<Instant>,
     cancel: CancellationToken,
 }
@@ -116,6 +120,7 @@ impl StatementContext {
             timeout,
             batch: super::batch::Batch::None,
             prune_above: 0,
+            text: None,
             deadline: timeout.map(|t| Instant::now() + t),
             cancel,
         }
@@ -137,6 +142,12 @@ impl StatementContext {
     /// The same context sharing table versions with its batch (see [`super::batch`]).
     pub fn with_batch(mut self, batch: super::batch::Batch) -> Self {
         self.batch = batch;
+        self
+    }
+
+    /// The same context, with the statement's text as sent (see [`Self::text`]).
+    pub fn with_text(mut self, text: Option<std::sync::Arc<str>>) -> Self {
+        self.text = text;
         self
     }
 

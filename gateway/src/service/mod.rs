@@ -322,7 +322,7 @@ impl GatewayService {
                 let settings = self.engine_settings(session);
                 // Described as Execute runs it: its literals lifted (the template's plan is
                 // shared); the client still sees a statement without parameters.
-                let lifted = lift(statement, None);
+                let lifted = lift(statement, None, ctx.text.as_deref());
                 let (runs, params) = match &lifted {
                     Some((template, values)) => (template, Some(values)),
                     None => (statement, None),
@@ -421,7 +421,7 @@ impl GatewayService {
                 };
                 // Literals a lookup varies by become parameters, so that lookups sent as
                 // text share one plan (`lakegate_sql::lift`).
-                let lifted = lift(statement, params);
+                let lifted = lift(statement, params, ctx.text.as_deref());
                 let (runs, params, lifted_from) = match &lifted {
                     Some((template, values)) => (template, Some(values), Some(statement)),
                     None => (statement, params, None),
@@ -480,11 +480,16 @@ impl GatewayService {
 
 /// A statement sent without parameters as the template of its lifted literals and their
 /// values, typed as PostgreSQL types the literals ([`lakegate_sql::lift`]); `None` when it has
-/// parameters of its own or nothing to lift.
-fn lift(statement: &Statement, params: Option<&ParamValues>) -> Option<(Statement, ParamValues)> {
+/// parameters of its own or nothing to lift. `text` is its text as sent, when known.
+fn lift(
+    statement: &Statement,
+    params: Option<&ParamValues>,
+    text: Option<&str>,
+) -> Option<(Statement, ParamValues)> {
     use datafusion::common::ScalarValue;
     use lakegate_sql::lift::Lifted;
-    if params.is_some() {
+    // A text without a digit has no literal to lift: not even a copy of its tree is made.
+    if params.is_some() || text.is_some_and(|t| !t.bytes().any(|b| b.is_ascii_digit())) {
         return None;
     }
     let (template, values) = lakegate_sql::lift::lift(statement)?;

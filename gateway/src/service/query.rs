@@ -71,7 +71,10 @@ impl GatewayService {
         // The text is the plan's (printed once per kept plan), or printed here on a failure.
         let mut pending = self.history.start(ctx, String::new());
         if let Some(written) = lifted_from {
-            pending.set_sql(&written.to_string());
+            match &ctx.text {
+                Some(text) => pending.set_sql(text.trim().trim_end_matches(';').trim_end()),
+                None => pending.set_sql(&written.to_string()),
+            }
         }
         match self
             .answer(statement, params, session, ctx, reading, &mut pending)

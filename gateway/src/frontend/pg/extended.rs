@@ -26,8 +26,8 @@ use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionS
 use super::encode::{fields, format_options};
 use super::forward::{self, Mirrored, pg_type};
 use super::handler::{
-    PgQueryHandler, aborted, batch_of, cancel_token, ends_transaction, pg_error, prepared_names,
-    session_of, to_pg_error,
+    PgQueryHandler, Sent, aborted, batch_of, cancel_token, ends_transaction, pg_error,
+    prepared_names, session_of, to_pg_error,
 };
 use crate::error::Error;
 use crate::mirror::wire::Bound;
@@ -80,6 +80,8 @@ fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
 #[derive(Debug, Clone)]
 pub struct PgStatement {
     statement: Option<Statement>,
+    /// The SQL text Parse received (it holds this one statement).
+    text: Option<Arc<str>>,
     described: Option<Described>,
     mirrored: Option<Mirrored>,
 }
@@ -111,6 +113,7 @@ impl QueryParser for PgParser {
         let Some(mut statement) = statements.pop() else {
             return Ok(PgStatement {
                 statement: None,
+                text: None,
                 described: None,
                 mirrored: None,
             });
@@ -136,6 +139,7 @@ impl QueryParser for PgParser {
                     Ok(description) => {
                         return Ok(PgStatement {
                             statement: Some(statement),
+                            text: None,
                             described: None,
                             mirrored: Some(Mirrored {
                                 forward,
@@ -151,6 +155,7 @@ impl QueryParser for PgParser {
             }
         }
         type_placeholders(&mut statement, types);
+        let text: Arc<str> = Arc::from(sql);
         let described = if client.transaction_status() == TransactionStatus::Error {
             None
         } else {
@@ -158,7 +163,8 @@ impl QueryParser for PgParser {
             let ctx = self
                 .service
                 .context(&session, cancel_token(client))
-                .with_batch(Batch::Fill(batch_of(client)));
+                .with_batch(Batch::Fill(batch_of(client)))
+                .with_text(Some(text.clone()));
             self.service
                 .describe(&statement, &mut session, &ctx)
                 .await
@@ -166,6 +172,7 @@ impl QueryParser for PgParser {
         };
         Ok(PgStatement {
             statement: Some(statement),
+            text: Some(text),
             described,
             mirrored: None,
         })
@@ -504,13 +511,12 @@ impl ExtendedQueryHandler for PgQueryHandler {
         } else {
             None
         };
-        self.run(
-            client,
+        let sent = Sent {
             statement,
-            params.as_ref(),
-            &portal.result_column_format,
-        )
-        .await
-        .map_err(|e| to_pg_error(&e))
+            text: stored.statement.text.clone(),
+        };
+        self.run(client, sent, params.as_ref(), &portal.result_column_format)
+            .await
+            .map_err(|e| to_pg_error(&e))
     }
 }

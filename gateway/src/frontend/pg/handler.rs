@@ -261,6 +261,12 @@ pub(super) fn cancel_token<C: ClientInfo + ?Sized>(client: &C) -> CancellationTo
         .unwrap_or_default()
 }
 
+/// A statement as the client sent it: parsed, and its text when the text holds only it.
+pub(super) struct Sent<'a> {
+    pub statement: &'a Statement,
+    pub text: Option<Arc<str>>,
+}
+
 /// Simple and extended query handling.
 pub struct PgQueryHandler {
     pub(super) service: Arc<GatewayService>,
@@ -274,7 +280,7 @@ impl PgQueryHandler {
     pub(super) async fn run<C>(
         &self,
         client: &mut C,
-        statement: &Statement,
+        statement: Sent<'_>,
         params: Option<&datafusion::common::ParamValues>,
         format: &Format,
     ) -> Result<Response, Error>
@@ -310,7 +316,7 @@ impl PgQueryHandler {
     async fn run_statement<C>(
         &self,
         client: &mut C,
-        statement: &Statement,
+        statement: Sent<'_>,
         params: Option<&datafusion::common::ParamValues>,
         format: &Format,
         busy: Option<Busy>,
@@ -326,10 +332,11 @@ impl PgQueryHandler {
         let ctx = self
             .service
             .context(&session, cancel_token(client))
-            .with_batch(Batch::Use(batch_of(client)));
+            .with_batch(Batch::Use(batch_of(client)))
+            .with_text(statement.text);
         let output = self
             .service
-            .execute(statement, params, &mut session, &ctx)
+            .execute(statement.statement, params, &mut session, &ctx)
             .await?;
         match output {
             QueryOutput::Rows { stream, tag } => {
@@ -439,8 +446,11 @@ impl SimpleQueryHandler for PgQueryHandler {
             let result = match self.forwarded(client, forward).await {
                 Some(result) => result,
                 None => {
-                    self.run(client, statement, None, &Format::UnifiedText)
-                        .await
+                    let sent = Sent {
+                        statement,
+                        text: (statements.len() == 1).then(|| Arc::from(query)),
+                    };
+                    self.run(client, sent, None, &Format::UnifiedText).await
                 }
             };
             match result {
