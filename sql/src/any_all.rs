@@ -143,7 +143,8 @@ pub(crate) fn expand_like(expr: &mut Expr) {
     };
 }
 
-fn is_comparison(op: &BinaryOperator) -> bool {
+/// `=`, `<>`, `<`, `<=`, `>`, `>=`.
+pub(crate) fn is_comparison(op: &BinaryOperator) -> bool {
     matches!(
         op,
         BinaryOperator::Eq

@@ -79,18 +79,6 @@ fn is_column(expr: &Expr) -> bool {
     matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
 }
 
-fn is_comparison(op: &BinaryOperator) -> bool {
-    matches!(
-        op,
-        BinaryOperator::Eq
-            | BinaryOperator::NotEq
-            | BinaryOperator::Lt
-            | BinaryOperator::LtEq
-            | BinaryOperator::Gt
-            | BinaryOperator::GtEq
-    )
-}
-
 /// The literal operands of `expr` (a WHERE, or a part of one) that may be lifted, in the order
 /// they are lifted: `each` is called with every one.
 fn each_operand(expr: &mut Expr, each: &mut dyn FnMut(&mut Expr)) {
@@ -100,7 +88,7 @@ fn each_operand(expr: &mut Expr, each: &mut dyn FnMut(&mut Expr)) {
                 each_operand(left, each);
                 each_operand(right, each);
             }
-            op if is_comparison(op) => {
+            op if crate::any_all::is_comparison(op) => {
                 if is_column(left) {
                     each(right);
                 } else if is_column(right) {
