@@ -488,8 +488,10 @@ fn lift(
 ) -> Option<(Statement, ParamValues)> {
     use datafusion::common::ScalarValue;
     use lakegate_sql::lift::Lifted;
-    // A text without a digit has no literal to lift: not even a copy of its tree is made.
-    if params.is_some() || text.is_some_and(|t| !t.bytes().any(|b| b.is_ascii_digit())) {
+    // A text without a digit has no literal to lift, and one with a `$` most likely has
+    // placeholders of its own (a Parse of `… = $1`): not even a copy of its tree is made.
+    let nothing_to_lift = |t: &str| t.contains('$') || !t.bytes().any(|b| b.is_ascii_digit());
+    if params.is_some() || text.is_some_and(nothing_to_lift) {
         return None;
     }
     let (template, values) = lakegate_sql::lift::lift(statement)?;
