@@ -217,6 +217,15 @@ def test_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake
             " AND query NOT LIKE '%lakegate.queries%' ORDER BY query_id").fetchall()]
     assert logged[-1] == "SELECT tick FROM lifted_ticks WHERE tick = 55", logged[-3:]
     assert not any("$" in text for text in logged), logged
+    # Values in the text over the extended protocol (pgJDBC's Statement; psycopg preparing a
+    # statement without parameters): Parse describes the lifted template, Execute runs it.
+    with psycopg.connect(gateway.dsn, autocommit=True) as conn:
+        reused = plans(gateway, "plans_reused")
+        for i in range(30, 40):
+            cur = conn.execute(f"SELECT tick FROM lifted_ticks WHERE tick = {i}", prepare=True)
+            assert [d.name for d in cur.description] == ["tick"]
+            assert cur.fetchall() == [(i,)]
+        assert plans(gateway, "plans_reused") - reused >= 10
 
 
 def decoded(conn) -> tuple[int, int]:
