@@ -272,6 +272,14 @@ impl GatewayService {
         self.parser.parse(sql)
     }
 
+    /// [`Self::parse`] without copying the statements (shared with the parser's kept ones).
+    ///
+    /// # Errors
+    /// As [`Self::parse`].
+    pub fn parse_shared(&self, sql: &str) -> Result<Arc<Vec<Statement>>> {
+        self.parser.parse_shared(sql)
+    }
+
     /// The context of a statement `session` starts now: a fresh query id, the session's user,
     /// routing choices and `statement_timeout`; `cancel` stops it from outside.
     pub fn context(&self, session: &Session, cancel: CancellationToken) -> StatementContext {

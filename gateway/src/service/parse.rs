@@ -108,13 +108,21 @@ impl Parser {
     /// # Errors
     /// [`Error::Syntax`], [`Error::TooComplex`].
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        Ok(self.parse_shared(sql)?.as_ref().clone())
+    }
+
+    /// [`Parser::parse`], shared with the kept statements (no copy of their trees: for callers
+    /// that only read them).
+    ///
+    /// # Errors
+    /// [`Error::Syntax`], [`Error::TooComplex`].
+    pub fn parse_shared(&self, sql: &str) -> Result<Arc<Vec<Statement>>> {
         if let Some(hit) = self.parsed.get(sql) {
-            return Ok(hit.as_ref().clone());
+            return Ok(hit);
         }
-        let statements = self.parse_text(sql)?;
+        let statements = Arc::new(self.parse_text(sql)?);
         if sql.len() <= PARSED_MAX_SQL {
-            self.parsed
-                .insert(Arc::from(sql), Arc::new(statements.clone()));
+            self.parsed.insert(Arc::from(sql), statements.clone());
         }
         Ok(statements)
     }

@@ -420,7 +420,7 @@ impl SimpleQueryHandler for PgQueryHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         batch_of(client).clear();
-        let statements = self.service.parse(query).map_err(pg_error)?;
+        let statements = self.service.parse_shared(query).map_err(pg_error)?;
         let mut status = client.transaction_status();
         let mut responses = Vec::with_capacity(statements.len());
         let forwards = {
