@@ -130,17 +130,13 @@ fn each_where(body: &mut SetExpr, each: &mut dyn FnMut(&mut Expr)) {
     }
 }
 
-/// Whether a table name reads the catalog or `lakegate.*`.
+/// Whether a table name reads the catalog or `lakegate.*` (as [`crate::classify::references`]
+/// classifies names; a name it cannot read counts as one).
 fn names_catalog(name: &ObjectName) -> bool {
-    let parts = crate::classify::name_parts(name).unwrap_or_default();
-    match parts.as_slice() {
+    use crate::classify::{SYSTEM_SCHEMAS, name_parts};
+    match name_parts(name).unwrap_or_default().as_slice() {
         [table] => table.starts_with("pg_"),
-        [.., schema, _] => {
-            matches!(
-                schema.as_str(),
-                "pg_catalog" | "information_schema" | "lakegate"
-            )
-        }
+        [.., schema, _] => SYSTEM_SCHEMAS.contains(&schema.as_str()),
         [] => true,
     }
 }

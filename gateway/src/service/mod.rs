@@ -331,10 +331,7 @@ impl GatewayService {
                 // Described as Execute runs it: its literals lifted (the template's plan is
                 // shared); the client still sees a statement without parameters.
                 let lifted = lift(statement, None, ctx.text.as_deref());
-                let (runs, params) = match &lifted {
-                    Some((template, values)) => (template, Some(values)),
-                    None => (statement, None),
-                };
+                let (runs, params) = runs(&lifted, statement, None);
                 let plan = ctx.guard(self.plan(runs, params, settings, ctx)).await?;
                 let mut described = ctx.guard(self.description(&plan)).await?;
                 if lifted.is_some() {
@@ -430,15 +427,12 @@ impl GatewayService {
                 // Literals a lookup varies by become parameters, so that lookups sent as
                 // text share one plan (`lakegate_sql::lift`).
                 let lifted = lift(statement, params, ctx.text.as_deref());
-                let (runs, params, lifted_from) = match &lifted {
-                    Some((template, values)) => (template, Some(values), Some(statement)),
-                    None => (statement, params, None),
-                };
+                let (runs, params) = runs(&lifted, statement, params);
                 let stream = self
                     .query(
                         runs,
                         params,
-                        lifted_from,
+                        lifted.is_some().then_some(statement),
                         session,
                         ctx,
                         query::Reading::Statement,
@@ -511,6 +505,18 @@ fn lift(
         })
         .collect();
     Some((template, ParamValues::List(values)))
+}
+
+/// What runs: the lifted template with its values, or `statement` with `params`.
+fn runs<'a>(
+    lifted: &'a Option<(Statement, ParamValues)>,
+    statement: &'a Statement,
+    params: Option<&'a ParamValues>,
+) -> (&'a Statement, Option<&'a ParamValues>) {
+    match lifted {
+        Some((template, values)) => (template, Some(values)),
+        None => (statement, params),
+    }
 }
 
 /// `schema.table@snapshot` of every pinned table (`@empty`: no snapshot yet).
