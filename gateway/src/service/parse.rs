@@ -120,7 +120,9 @@ impl Parser {
         if let Some(hit) = self.parsed.get(sql) {
             return Ok(hit);
         }
-        let statements = Arc::new(self.parse_text(sql)?);
+        // Kept as a copy: a clone's vectors and strings hold exactly their length, where the
+        // parser's grew by doubling (the weigher's per-character charge assumes the former).
+        let statements = Arc::new(self.parse_text(sql)?.clone());
         if sql.len() <= PARSED_MAX_SQL {
             self.parsed.insert(Arc::from(sql), statements.clone());
         }
