@@ -9,7 +9,8 @@ an accelerated case runs on a gateway with serving.py's [acceleration] config (c
 its copy answers; a "cache off" case on a gateway with the result cache off. BENCH_CONFIG adds
 TOML to the gateway's config (`BENCH_CONFIG=$'[storage.cache]\ndecoded_bytes = 0\n'`: an A/B). The lake (serving.py's shop.orders) is built once in
 BENCH_LAKE (default /tmp/lakegate-serving-alone); LAKEGATE_BIN names the binary (say which build
-when quoting). Each case gets a 2 s warm-up, then prints tps and the gateway's CPU per
+when quoting). Each case gets a warm-up (BENCH_WARMUP seconds, default 5: the file-reading cases decode
+every small file once in it), then prints tps and the gateway's CPU per
 statement; with --perf, `perf record --call-graph dwarf` of the measured run goes to
 BENCH_LAKE/perf.data.
 """
@@ -58,7 +59,8 @@ def main() -> None:
         for name, sql, _ in cases:
             script = root / "case.sql"
             script.write_text(sql)
-            s.SECONDS = 2
+            # Long enough for every small file to be decoded once (all 50k ids: ~7,000 lookups).
+            s.SECONDS = int(os.environ.get("BENCH_WARMUP", "5"))
             s.pgbench(gw.port, "bench", "lakegate", script, mode)
             s.SECONDS = seconds
             recorder = None

@@ -14,8 +14,8 @@ use datafusion::catalog::{
 use datafusion::common::ParamValues;
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
-use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
@@ -476,31 +476,50 @@ impl Engine for DataFusionEngine {
                 match key.filter(|k| self.plans.admits(*k, &request, &plan)) {
                     Some(key) => self.plans.insert(key, &request, &plan, ctx.state()),
                     None => {
-                        let df = ctx
-                            .execute_logical_plan(bind(plan, request.params)?)
-                            .await?;
-                        return Ok(df.execute_stream().await?);
+                        let plan = bind(plan, request.params)?;
+                        // Statements DataFusion executes itself (`SET`, DDL) go to it.
+                        if matches!(
+                            plan,
+                            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Dml(_)
+                        ) {
+                            let df = ctx.execute_logical_plan(plan).await?;
+                            return Ok(df.execute_stream().await?);
+                        }
+                        let state = ctx.state();
+                        let task = Arc::new(TaskContext::from(&state));
+                        return run(&state.optimize(&plan)?, &state, &task).await;
                     }
                 }
             }
         };
-        let physical = match kept.optimized.as_ref().and_then(|o| o.bind(request.params)) {
-            Some(optimized) => {
-                kept.state
-                    .query_planner()
-                    .create_physical_plan(&optimized?, &kept.state)
-                    .await?
-            }
-            None => {
-                let plan = bind(kept.plan.clone(), request.params)?;
-                kept.state.create_physical_plan(&plan).await?
-            }
+        let optimized = match kept.optimized.as_ref().and_then(|o| o.bind(request.params)) {
+            Some(optimized) => optimized?,
+            None => kept
+                .state
+                .optimize(&bind(kept.plan.clone(), request.params)?)?,
         };
-        Ok(datafusion::physical_plan::execute_stream(
-            physical,
-            kept.task.clone(),
-        )?)
+        run(&optimized, &kept.state, &kept.task).await
     }
+}
+
+/// An optimised `plan` run in `state`: directly when it is a simple scan ([`crate::direct`]),
+/// else planned physically.
+async fn run(
+    plan: &LogicalPlan,
+    state: &SessionState,
+    task: &Arc<TaskContext>,
+) -> Result<SendableRecordBatchStream> {
+    if let Some(direct) = crate::direct::stream(plan, state, task).await {
+        return direct;
+    }
+    let physical = state
+        .query_planner()
+        .create_physical_plan(plan, state)
+        .await?;
+    Ok(datafusion::physical_plan::execute_stream(
+        physical,
+        Arc::clone(task),
+    )?)
 }
 
 /// `plan` with `params` bound (an error when it has placeholders and none were bound).

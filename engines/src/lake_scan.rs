@@ -206,6 +206,15 @@ impl TableProvider for LakeTable {
     }
 }
 
+/// The rows a lake scan gives at most (its files' row counts, before deletes and filters), when
+/// `plan` is one ([`crate::direct`] runs a sort over at most so many rows).
+pub(crate) fn rows_at_most(plan: &dyn Any) -> Option<usize> {
+    let scan = plan.downcast_ref::<LakeScanExec>()?;
+    scan.tasks.iter().try_fold(0usize, |sum, t| {
+        sum.checked_add(usize::try_from(t.record_count?).ok()?)
+    })
+}
+
 /// Reads the files a statement's filters left, with iceberg-rust's Parquet reader (small files
 /// through the kept decoded ones when they are on).
 struct LakeScanExec {

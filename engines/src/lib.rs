@@ -47,6 +47,7 @@ pub mod conform;
 pub mod constructs;
 pub mod datafusion_engine;
 pub mod dialect;
+mod direct;
 pub mod duckdb_engine;
 pub mod engine;
 pub mod error;
