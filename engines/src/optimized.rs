@@ -52,6 +52,9 @@ pub(crate) struct Optimized {
     types: Vec<DataType>,
     /// Whether a placeholder is under a cast (its bound value's cast is folded per execution).
     casts_values: bool,
+    /// Whether every placeholder is in a filter (a `Filter`'s predicate or a scan's filters):
+    /// binding then changes no node's schema or output names, and only those nodes are bound.
+    in_filters_only: bool,
 }
 
 impl Optimized {
@@ -93,10 +96,22 @@ impl Optimized {
             })?;
             Ok(stop_unless(!casts_values))
         });
+        let in_filters_only = !plan
+            .exists(|node| {
+                Ok(
+                    !matches!(node, LogicalPlan::Filter(_) | LogicalPlan::TableScan(_))
+                        && node.expressions().iter().any(has_placeholder),
+                )
+            })
+            .unwrap_or(true)
+            && !plan
+                .exists(|node| Ok(node.expressions().iter().any(has_subquery)))
+                .unwrap_or(true);
         Some(Self {
             plan,
             types,
             casts_values,
+            in_filters_only,
         })
     }
 
@@ -123,6 +138,15 @@ impl Optimized {
             return None;
         }
         Some(match params {
+            Some(params) if self.in_filters_only => bind_filters(self.plan.clone(), params)
+                .and_then(|bound| {
+                    if self.casts_values {
+                        fold_casts(bound)
+                    } else {
+                        Ok(bound)
+                    }
+                })
+                .map_err(Into::into),
             Some(params) => self
                 .plan
                 .clone()
@@ -138,6 +162,31 @@ impl Optimized {
             None => Ok(self.plan.clone()),
         })
     }
+}
+
+/// `plan` with `params` bound into its filters, the only nodes holding placeholders: what
+/// `replace_params_with_values` gives when each value has its placeholder's type, without its
+/// per-node work (inferring types, preserving names, recomputing every schema), which a filter
+/// does not need (its schema is its input's; a scan's is its table's).
+fn bind_filters(
+    plan: LogicalPlan,
+    params: &ParamValues,
+) -> datafusion::common::Result<LogicalPlan> {
+    plan.transform_up(|node| {
+        if !matches!(node, LogicalPlan::Filter(_) | LogicalPlan::TableScan(_)) {
+            return Ok(Transformed::no(node));
+        }
+        node.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                Expr::Placeholder(Placeholder { id, .. }) => {
+                    let (value, metadata) = params.get_placeholders_with_values(&id)?.into_inner();
+                    Ok(Transformed::yes(Expr::Literal(value, metadata)))
+                }
+                e => Ok(Transformed::no(e)),
+            })
+        })
+    })
+    .map(|t| t.data)
 }
 
 /// `plan` with each placeholder under an explicit cast (`CAST($1 AS INT)`: how the gateway
@@ -275,6 +324,19 @@ fn cast_column(e: &Expr) -> bool {
     }
 }
 
+fn has_subquery(e: &Expr) -> bool {
+    e.exists(|e| {
+        Ok(matches!(
+            e,
+            Expr::ScalarSubquery(_)
+                | Expr::Exists(_)
+                | Expr::InSubquery(_)
+                | Expr::SetComparison(_)
+        ))
+    })
+    .unwrap_or(true)
+}
+
 fn has_placeholder(e: &Expr) -> bool {
     e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
         .unwrap_or(true)
@@ -405,11 +467,17 @@ mod tests {
                     vec![ScalarValue::Int32(None)],
                 ],
             ),
+            (
+                // A placeholder outside a filter: the whole plan is bound (names, schemas).
+                "SELECT column1 = $1 AS same, column2 FROM t WHERE column1 > $2 ORDER BY 2",
+                vec![vec![ScalarValue::Int64(Some(2)), ScalarValue::Int64(Some(0))]],
+            ),
         ];
         for (sql, executions) in cases {
             let plan = unbound(&ctx, sql).await;
             let optimized = Optimized::of(&plan, &ctx.state())
                 .unwrap_or_else(|| panic!("{sql} is optimised before binding"));
+            assert_eq!(optimized.in_filters_only, !sql.contains("AS same"), "{sql}");
             for values in executions {
                 let p = params(values);
                 let later = optimized
