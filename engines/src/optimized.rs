@@ -137,8 +137,16 @@ impl Optimized {
             );
             return None;
         }
-        Some(match params {
-            Some(params) if self.in_filters_only => bind_filters(self.plan.clone(), params)
+        let Some(params) = params else {
+            return Some(Ok(self.plan.clone()));
+        };
+        let bound = if self.in_filters_only {
+            bind_filters(self.plan.clone(), params)
+        } else {
+            self.plan.clone().replace_params_with_values(params)
+        };
+        Some(
+            bound
                 .and_then(|bound| {
                     if self.casts_values {
                         fold_casts(bound)
@@ -147,20 +155,7 @@ impl Optimized {
                     }
                 })
                 .map_err(Into::into),
-            Some(params) => self
-                .plan
-                .clone()
-                .replace_params_with_values(params)
-                .and_then(|bound| {
-                    if self.casts_values {
-                        fold_casts(bound)
-                    } else {
-                        Ok(bound)
-                    }
-                })
-                .map_err(Into::into),
-            None => Ok(self.plan.clone()),
-        })
+        )
     }
 }
 
@@ -470,7 +465,10 @@ mod tests {
             (
                 // A placeholder outside a filter: the whole plan is bound (names, schemas).
                 "SELECT column1 = $1 AS same, column2 FROM t WHERE column1 > $2 ORDER BY 2",
-                vec![vec![ScalarValue::Int64(Some(2)), ScalarValue::Int64(Some(0))]],
+                vec![vec![
+                    ScalarValue::Int64(Some(2)),
+                    ScalarValue::Int64(Some(0)),
+                ]],
             ),
         ];
         for (sql, executions) in cases {
