@@ -156,20 +156,15 @@ pub(crate) async fn stream(
             .with_filters(Some(&filters))
             .with_limit(scan.fetch);
         let exec = Arc::clone(provider.scan_with_args(state, args).await?.plan());
-        let rows = rows_at_most(&exec);
-        let Some(steps) = steps(&above, exec.schema(), state, rows)? else {
+        let Some((steps, schema)) = steps(&above, &exec, state)? else {
             return Ok::<_, DataFusionError>(None);
         };
-        let mut schema = exec.schema();
         let partitions = (0..exec.properties().output_partitioning().partition_count())
             .map(|i| exec.execute(i, Arc::clone(task)).map(make_cooperative))
             .collect::<DFResult<Vec<_>>>()?;
         let mut batches: BoxStream<'static, DFResult<RecordBatch>> =
             stream::iter(partitions).flatten().boxed();
         for step in steps {
-            if let Step::Project(p) = &step {
-                schema = Arc::clone(p.output_schema());
-            }
             batches = apply(step, batches);
         }
         let out: SendableRecordBatchStream =
@@ -183,14 +178,14 @@ pub(crate) async fn stream(
     }
 }
 
-/// The steps of the nodes `above` a scan whose batches have `schema`; `None` when a sort is
-/// not bounded (the scan gives `rows` at most, when known).
+/// The steps of the nodes `above` the scan `exec`, and the schema of what they give; `None`
+/// when a sort is not bounded.
 fn steps(
     above: &[&LogicalPlan],
-    mut schema: SchemaRef,
+    exec: &Arc<dyn ExecutionPlan>,
     state: &SessionState,
-    rows: Option<usize>,
-) -> DFResult<Option<Vec<Step>>> {
+) -> DFResult<Option<(Vec<Step>, SchemaRef)>> {
+    let mut schema = exec.schema();
     let props = state.execution_props();
     let mut steps = Vec::with_capacity(above.len());
     for node in above {
@@ -206,7 +201,7 @@ fn steps(
             LogicalPlan::Sort(s) => {
                 let bounded = match s.fetch {
                     Some(fetch) => fetch <= MAX_SORTED,
-                    None => rows.is_some_and(|r| r <= MAX_SORTED),
+                    None => rows_at_most(exec).is_some_and(|r| r <= MAX_SORTED),
                 };
                 let exprs = create_physical_sort_exprs(&s.expr, s.input.schema(), props)?;
                 let Some(ordering) = LexOrdering::new(exprs).filter(|_| bounded) else {
@@ -229,7 +224,7 @@ fn steps(
         };
         steps.push(step);
     }
-    Ok(Some(steps))
+    Ok(Some((steps, schema)))
 }
 
 /// A projection's expressions with the names the physical planner gives them: a column keeps

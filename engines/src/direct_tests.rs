@@ -240,13 +240,17 @@ async fn a_limit_stops_reading() {
         panic!("rows");
     };
     assert_eq!(rows.len(), 2);
-    // Limits over the stream: skips across batches, ends mid-batch.
-    let batches = (0..4)
+    // Limits over the stream: skips across batches, ends mid-batch, and does not read on
+    // (the batch after the rows it gives is an error it must not reach).
+    let mut batches = (0..3)
         .map(|i| {
             let a: ArrayRef = Arc::new(Int32Array::from(vec![i * 3, i * 3 + 1, i * 3 + 2]));
             Ok(RecordBatch::try_from_iter([("v", a)]).expect("batch"))
         })
         .collect::<Vec<DFResult<RecordBatch>>>();
+    batches.push(Err(DataFusionError::Execution(
+        "read past the limit".into(),
+    )));
     let limited: Vec<RecordBatch> = limit(stream::iter(batches).boxed(), 4, Some(5))
         .try_collect()
         .await

@@ -120,13 +120,15 @@ impl Parser {
         if let Some(hit) = self.parsed.get(sql) {
             return Ok(hit);
         }
+        let statements = self.parse_text(sql)?;
+        if sql.len() > PARSED_MAX_SQL {
+            return Ok(Arc::new(statements));
+        }
         // Kept as a copy: a clone's vectors and strings hold exactly their length, where the
         // parser's grew by doubling (the weigher's per-character charge assumes the former).
-        let statements = Arc::new(self.parse_text(sql)?.clone());
-        if sql.len() <= PARSED_MAX_SQL {
-            self.parsed.insert(Arc::from(sql), statements.clone());
-        }
-        Ok(statements)
+        let kept = Arc::new(statements.clone());
+        self.parsed.insert(Arc::from(sql), Arc::clone(&kept));
+        Ok(kept)
     }
 
     /// The bytes the kept statements are charged (their estimated heap).
