@@ -45,6 +45,7 @@ mod plan_tests;
 pub(crate) mod query;
 mod resolve;
 mod run;
+mod shapes;
 pub mod system;
 mod weight;
 
@@ -57,6 +58,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 use lakegate_engines::engine::Described;
 use lakegate_engines::{Lake, Pins, Settings};
 use lakegate_maintenance::Maintainer;
+use lakegate_sql::lift::Lifted;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -261,6 +263,7 @@ impl GatewayService {
     pub async fn cache_stats(&self) -> Vec<(&'static str, u64)> {
         let mut stats = self.cache.stats_values().await;
         stats.extend(self.kept.stats());
+        stats.extend(self.parser.shape_stats());
         stats
     }
 
@@ -330,7 +333,8 @@ impl GatewayService {
                 let settings = self.engine_settings(session);
                 // Described as Execute runs it: its literals lifted (the template's plan is
                 // shared); the client still sees a statement without parameters.
-                let lifted = lift(statement, None, ctx.text.as_deref());
+                let lifted = lift(statement, None, ctx.text.as_deref())
+                    .map(|(template, values)| (template, param_values(&values)));
                 let (runs, params) = runs(&lifted, statement, None);
                 let plan = ctx.guard(self.plan(runs, params, settings, ctx)).await?;
                 let mut described = ctx.guard(self.description(&plan)).await?;
@@ -376,6 +380,39 @@ impl GatewayService {
         session: &mut Session,
         ctx: &StatementContext,
     ) -> Result<QueryOutput> {
+        self.execute_input(Input::Written(statement, params), session, ctx)
+            .await
+    }
+
+    /// Runs the text `ctx.text` given as the lifted template a text of its shape parsed to
+    /// ([`Self::lifted_shape`]) and its values: what [`Self::execute`] of its statement does.
+    ///
+    /// # Errors
+    /// As [`Self::execute`].
+    pub async fn execute_lifted(
+        &self,
+        template: &Statement,
+        values: &[Lifted],
+        session: &mut Session,
+        ctx: &StatementContext,
+    ) -> Result<QueryOutput> {
+        let values = param_values(values);
+        self.execute_input(Input::Lifted(template, &values), session, ctx)
+            .await
+    }
+
+    /// The lifted template and values of the simple query `sql`, when a text of its shape
+    /// was seen: it is one `SELECT` reading the lake, not parsed again ([`shapes`]).
+    pub fn lifted_shape(&self, sql: &str) -> Option<(Arc<Statement>, Vec<Lifted>)> {
+        self.parser.lifted(sql)
+    }
+
+    async fn execute_input(
+        &self,
+        input: Input<'_>,
+        session: &mut Session,
+        ctx: &StatementContext,
+    ) -> Result<QueryOutput> {
         // Two cheap fields: the log formats a span's fields when it is made and recorded, on
         // every statement; what the statement did is one `debug` event (`service::query`).
         let span = tracing::info_span!(
@@ -384,20 +421,19 @@ impl GatewayService {
             frontend = ctx.frontend.name(),
         );
         // On the heap: the statement's future is large (planning, engines) and frontends nest it.
-        Box::pin(
-            self.execute_in_span(statement, params, session, ctx)
-                .instrument(span),
-        )
-        .await
+        Box::pin(self.execute_in_span(input, session, ctx).instrument(span)).await
     }
 
     async fn execute_in_span(
         &self,
-        statement: &Statement,
-        params: Option<&ParamValues>,
+        input: Input<'_>,
         session: &mut Session,
         ctx: &StatementContext,
     ) -> Result<QueryOutput> {
+        let (statement, params) = match input {
+            Input::Written(statement, params) => (statement, params),
+            Input::Lifted(template, values) => (template, Some(values)),
+        };
         if let Some(target) = explain_route_target(statement) {
             return self.explain_route(target, session, ctx).await;
         }
@@ -425,14 +461,27 @@ impl GatewayService {
                     ctx
                 };
                 // Literals a lookup varies by become parameters, so that lookups sent as
-                // text share one plan (`lakegate_sql::lift`).
-                let lifted = lift(statement, params, ctx.text.as_deref());
+                // text share one plan (`lakegate_sql::lift`); the text's shape is learned, so
+                // that the next text of it is not even parsed (`shapes`).
+                let lifted = match input {
+                    Input::Lifted(..) => None,
+                    Input::Written(..) => {
+                        lift(statement, params, ctx.text.as_deref()).map(|(template, values)| {
+                            if let Some(text) = ctx.text.as_deref() {
+                                self.parser.learn_shape(text, &template, &values);
+                            }
+                            (template, param_values(&values))
+                        })
+                    }
+                };
                 let (runs, params) = runs(&lifted, statement, params);
+                let written =
+                    (lifted.is_some() || matches!(input, Input::Lifted(..))).then_some(statement);
                 let stream = self
                     .query(
                         runs,
                         params,
-                        lifted.is_some().then_some(statement),
+                        written,
                         session,
                         ctx,
                         query::Reading::Statement,
@@ -481,30 +530,43 @@ impl GatewayService {
 }
 
 /// A statement sent without parameters as the template of its lifted literals and their
-/// values, typed as PostgreSQL types the literals ([`lakegate_sql::lift`]); `None` when it has
-/// parameters of its own or nothing to lift. `text` is its text as sent, when known.
+/// values ([`lakegate_sql::lift`]); `None` when it has parameters of its own or nothing to
+/// lift. `text` is its text as sent, when known.
 fn lift(
     statement: &Statement,
     params: Option<&ParamValues>,
     text: Option<&str>,
-) -> Option<(Statement, ParamValues)> {
-    use datafusion::common::ScalarValue;
-    use lakegate_sql::lift::Lifted;
+) -> Option<(Statement, Vec<Lifted>)> {
     // A text without a digit has no literal to lift, and one with a `$` most likely has
     // placeholders of its own (a Parse of `… = $1`): not even a copy of its tree is made.
     let nothing_to_lift = |t: &str| t.contains('$') || !t.bytes().any(|b| b.is_ascii_digit());
     if params.is_some() || text.is_some_and(nothing_to_lift) {
         return None;
     }
-    let (template, values) = lakegate_sql::lift::lift(statement)?;
-    let values = values
-        .iter()
-        .map(|v| match *v {
-            Lifted::Int4(v) => ScalarValue::Int32(Some(v)).into(),
-            Lifted::Int8(v) => ScalarValue::Int64(Some(v)).into(),
-        })
-        .collect();
-    Some((template, ParamValues::List(values)))
+    lakegate_sql::lift::lift(statement)
+}
+
+/// Lifted values as parameters, typed as PostgreSQL types the literals.
+fn param_values(values: &[Lifted]) -> ParamValues {
+    use datafusion::common::ScalarValue;
+    ParamValues::List(
+        values
+            .iter()
+            .map(|v| match *v {
+                Lifted::Int4(v) => ScalarValue::Int32(Some(v)).into(),
+                Lifted::Int8(v) => ScalarValue::Int64(Some(v)).into(),
+            })
+            .collect(),
+    )
+}
+
+/// What [`GatewayService::execute_input`] runs.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    /// A statement as parsed from the client's text, with the client's parameters.
+    Written(&'a Statement, Option<&'a ParamValues>),
+    /// The lifted template of the client's text (`ctx.text`) and its values.
+    Lifted(&'a Statement, &'a ParamValues),
 }
 
 /// What runs: the lifted template with its values, or `statement` with `params`.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use datafusion::sql::sqlparser::ast::{Expr, Statement};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_pg_catalog::sql::rules::{self, SqlStatementRewriteRule};
+use lakegate_sql::lift::Lifted;
 
 use crate::error::{Error, Result};
 
@@ -66,6 +67,8 @@ pub struct Parser {
     lake: Vec<Arc<dyn SqlStatementRewriteRule>>,
     max_call_nesting: usize,
     parsed: moka::sync::Cache<Arc<str>, Arc<Vec<Statement>>>,
+    /// Lifted templates of texts by their shape ([`super::shapes`]).
+    shapes: super::shapes::Shapes,
 }
 
 impl Parser {
@@ -81,7 +84,34 @@ impl Parser {
                     u32::try_from(super::weight::parsed(sql, statements.len())).unwrap_or(u32::MAX)
                 })
                 .build(),
+            shapes: super::shapes::Shapes::default(),
         }
+    }
+
+    /// The lifted template and values of `sql` when a text of its shape was learned: what
+    /// parsing it and [`lakegate_sql::lift::lift`] would give, without doing either.
+    pub(crate) fn lifted(&self, sql: &str) -> Option<(Arc<Statement>, Vec<Lifted>)> {
+        self.shapes.find(sql)
+    }
+
+    /// Learns the shape of `sql`, which parsed to one statement that lifted to `template`
+    /// with `values`, when a probe proves it (texts that read no lake table are refused).
+    pub(crate) fn learn_shape(&self, sql: &str, template: &Statement, values: &[Lifted]) {
+        let parse = |text: &str| {
+            let mut statements = self.parse_text(text).ok()?;
+            let statement = statements.pop().filter(|_| statements.is_empty())?;
+            let refs = lakegate_sql::classify::references(&statement, "public").ok()?;
+            if refs.lake.is_empty() || !refs.system.is_empty() || refs.catalog {
+                return None;
+            }
+            lakegate_sql::lift::lift(&statement)
+        };
+        self.shapes.learn(sql, template, values, &parse);
+    }
+
+    /// The shape memo's counters.
+    pub(crate) fn shape_stats(&self) -> [(&'static str, u64); 4] {
+        self.shapes.stats()
     }
 
     /// `sql` as statements: as written (with [`lake_rules`]) unless it names the catalog or

@@ -36,13 +36,15 @@ use tracing::warn;
 
 /// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls
 /// whose argument types it could not infer (SQLAlchemy's `pg_get_constraintdef(oid, $1)`).
-fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
+/// `None` when the client declared no type (the statement runs as parsed).
+fn type_placeholders(statement: &Statement, types: &[Option<Type>]) -> Option<Statement> {
     use datafusion::sql::sqlparser::ast::{
         DataType as SqlType, Expr, Value, visit_expressions_mut,
     };
     if types.iter().all(Option::is_none) {
-        return;
+        return None;
     }
+    let mut statement = statement.clone();
     let sql_type = |t: &Type| -> Option<SqlType> {
         Some(match *t {
             Type::BOOL => SqlType::Boolean,
@@ -56,7 +58,7 @@ fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
             _ => return None,
         })
     };
-    let _ = visit_expressions_mut(statement, |expr| {
+    let _ = visit_expressions_mut(&mut statement, |expr| {
         if let Expr::Value(v) = expr
             && let Value::Placeholder(p) = &v.value
             && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
@@ -73,13 +75,33 @@ fn type_placeholders(statement: &mut Statement, types: &[Option<Type>]) {
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
+    Some(statement)
+}
+
+/// The statement Parse received: the parser's kept statements of the text, shared (not
+/// copied on every Parse), or a copy with its placeholders typed as the client declared them.
+#[derive(Debug, Clone)]
+enum Parsed {
+    /// The text's statements (none, for an empty query; else one).
+    Shared(Arc<Vec<Statement>>),
+    /// With typed placeholders.
+    Typed(Arc<Statement>),
+}
+
+impl Parsed {
+    fn get(&self) -> Option<&Statement> {
+        match self {
+            Self::Shared(statements) => statements.first(),
+            Self::Typed(statement) => Some(statement),
+        }
+    }
 }
 
 /// A statement prepared by Parse: its SQL, AST and description (or, for a catalog statement,
 /// the catalog mirror's).
 #[derive(Debug, Clone)]
 pub struct PgStatement {
-    statement: Option<Statement>,
+    statement: Parsed,
     /// The SQL text Parse received (it holds this one statement).
     text: Option<Arc<str>>,
     described: Option<Described>,
@@ -104,26 +126,26 @@ impl QueryParser for PgParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut statements = self.service.parse(sql).map_err(pg_error)?;
+        let statements = self.service.parse_shared(sql).map_err(pg_error)?;
         if statements.len() > 1 {
             return Err(to_pg_error(&Error::Syntax {
                 message: "cannot insert multiple commands into a prepared statement".into(),
             }));
         }
-        let Some(mut statement) = statements.pop() else {
+        if statements.is_empty() {
             return Ok(PgStatement {
-                statement: None,
+                statement: Parsed::Shared(statements),
                 text: None,
                 described: None,
                 mirrored: None,
             });
-        };
+        }
         let session = session_of(client);
         if client.transaction_status() != TransactionStatus::Error {
             let session = session.lock().await;
             let mut forwards = self
                 .service
-                .catalog_forwards(sql, std::slice::from_ref(&statement), &session)
+                .catalog_forwards(sql, &statements, &session)
                 .await;
             if let (1, Some(Some(forward))) = (forwards.len(), forwards.pop()) {
                 let oids: Vec<u32> = types
@@ -138,7 +160,7 @@ impl QueryParser for PgParser {
                 {
                     Ok(description) => {
                         return Ok(PgStatement {
-                            statement: Some(statement),
+                            statement: Parsed::Shared(statements),
                             text: None,
                             described: None,
                             mirrored: Some(Mirrored {
@@ -154,24 +176,28 @@ impl QueryParser for PgParser {
                 }
             }
         }
-        type_placeholders(&mut statement, types);
+        let statement = match statements.first().and_then(|s| type_placeholders(s, types)) {
+            Some(typed) => Parsed::Typed(Arc::new(typed)),
+            None => Parsed::Shared(statements),
+        };
         let text: Arc<str> = Arc::from(sql);
-        let described = if client.transaction_status() == TransactionStatus::Error {
-            None
-        } else {
-            let mut session = session.lock().await;
-            let ctx = self
-                .service
-                .context(&session, cancel_token(client))
-                .with_batch(Batch::Fill(batch_of(client)))
-                .with_text(Some(text.clone()));
-            self.service
-                .describe(&statement, &mut session, &ctx)
-                .await
-                .map_err(pg_error)?
+        let described = match statement.get() {
+            Some(parsed) if client.transaction_status() != TransactionStatus::Error => {
+                let mut session = session.lock().await;
+                let ctx = self
+                    .service
+                    .context(&session, cancel_token(client))
+                    .with_batch(Batch::Fill(batch_of(client)))
+                    .with_text(Some(text.clone()));
+                self.service
+                    .describe(parsed, &mut session, &ctx)
+                    .await
+                    .map_err(pg_error)?
+            }
+            _ => None,
         };
         Ok(PgStatement {
-            statement: Some(statement),
+            statement,
             text: Some(text),
             described,
             mirrored: None,
@@ -473,7 +499,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stored: &StoredStatement<PgStatement> = &portal.statement;
-        let Some(statement) = &stored.statement.statement else {
+        let Some(statement) = stored.statement.statement.get() else {
             return Ok(Response::EmptyQuery);
         };
         if client.transaction_status() == TransactionStatus::Error && !ends_transaction(statement) {
@@ -514,6 +540,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
         let sent = Sent {
             statement,
             text: stored.statement.text.clone(),
+            lifted: None,
         };
         self.run(client, sent, params.as_ref(), &portal.result_column_format)
             .await

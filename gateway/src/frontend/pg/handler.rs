@@ -11,6 +11,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::{Sink, SinkExt, StreamExt};
 use lakegate_engines::ErrorKind;
+use lakegate_sql::lift::Lifted;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::Format;
@@ -265,6 +266,9 @@ pub(super) fn cancel_token<C: ClientInfo + ?Sized>(client: &C) -> CancellationTo
 pub(super) struct Sent<'a> {
     pub statement: &'a Statement,
     pub text: Option<Arc<str>>,
+    /// The values of the lifted template `statement` is, when the text was not parsed
+    /// ([`GatewayService::lifted_shape`]).
+    pub lifted: Option<&'a [Lifted]>,
 }
 
 /// Simple and extended query handling.
@@ -334,10 +338,18 @@ impl PgQueryHandler {
             .context(&session, cancel_token(client))
             .with_batch(Batch::Use(batch_of(client)))
             .with_text(statement.text);
-        let output = self
-            .service
-            .execute(statement.statement, params, &mut session, &ctx)
-            .await?;
+        let output = match statement.lifted {
+            Some(values) => {
+                self.service
+                    .execute_lifted(statement.statement, values, &mut session, &ctx)
+                    .await?
+            }
+            None => {
+                self.service
+                    .execute(statement.statement, params, &mut session, &ctx)
+                    .await?
+            }
+        };
         match output {
             QueryOutput::Rows { stream, tag } => {
                 // The session is busy until the last row is sent.
@@ -410,6 +422,37 @@ impl PgQueryHandler {
     }
 }
 
+impl PgQueryHandler {
+    /// A simple query of a shape seen before, run as its lifted template: one `SELECT` that
+    /// reads the lake (never one the catalog mirror answers), not parsed again.
+    async fn run_lifted<C>(
+        &self,
+        client: &mut C,
+        query: &str,
+        template: &Statement,
+        values: &[Lifted],
+    ) -> Response
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if client.transaction_status() == TransactionStatus::Error {
+            return Response::Error(Box::new(error_info(aborted())));
+        }
+        let sent = Sent {
+            statement: template,
+            text: Some(Arc::from(query)),
+            lifted: Some(values),
+        };
+        match self.run(client, sent, None, &Format::UnifiedText).await {
+            Ok(response) => response,
+            Err(e) => Response::Error(Box::new(error_info(to_pg_error(&e)))),
+        }
+    }
+}
+
 #[async_trait]
 impl SimpleQueryHandler for PgQueryHandler {
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
@@ -420,6 +463,11 @@ impl SimpleQueryHandler for PgQueryHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         batch_of(client).clear();
+        if let Some((template, values)) = self.service.lifted_shape(query) {
+            return Ok(vec![
+                self.run_lifted(client, query, &template, &values).await,
+            ]);
+        }
         let statements = self.service.parse_shared(query).map_err(pg_error)?;
         let mut status = client.transaction_status();
         let mut responses = Vec::with_capacity(statements.len());
@@ -449,6 +497,7 @@ impl SimpleQueryHandler for PgQueryHandler {
                     let sent = Sent {
                         statement,
                         text: (statements.len() == 1).then(|| Arc::from(query)),
+                        lifted: None,
                     };
                     self.run(client, sent, None, &Format::UnifiedText).await
                 }

@@ -1,5 +1,6 @@
-//! `lakegate.cache_stats`: the result cache's counters and sizes, the catalog's version token
-//! lookups, the object cache's and the decoded small files', one row per counter.
+//! `lakegate.cache_stats`: the result cache's counters and sizes (with the kept plans' and the
+//! text shapes'), the catalog's version token lookups, the object cache's and the decoded small
+//! files', one row per counter.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -7,16 +8,14 @@ use std::sync::atomic::Ordering;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 
-use crate::service::cache::ResultCache;
-
-/// One row per counter: (name, value).
-pub async fn stats_batch(
-    cache: &ResultCache,
+/// One row per counter: (name, value); `rows` are the service's own
+/// ([`crate::service::GatewayService::cache_stats`]).
+pub fn stats_batch(
+    mut rows: Vec<(&'static str, u64)>,
     tokens: &lakegate_engines::lake::TokenStats,
     objects: Option<lakegate_engines::lake::ObjectCacheStats>,
     decoded: Option<lakegate_engines::lake::decoded::DecodedStats>,
 ) -> RecordBatch {
-    let mut rows = cache.stats_values().await;
     rows.extend([
         ("token_lookups", tokens.lookups.load(Ordering::Relaxed)),
         (

@@ -111,15 +111,12 @@ impl GatewayService {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let batch = match SystemTable::named(name)? {
-                SystemTable::CacheStats => {
-                    cache::stats_batch(
-                        &self.cache,
-                        self.lake.token_stats(),
-                        self.lake.object_cache_stats(),
-                        self.lake.decoded_stats(),
-                    )
-                    .await
-                }
+                SystemTable::CacheStats => cache::stats_batch(
+                    self.cache_stats().await,
+                    self.lake.token_stats(),
+                    self.lake.object_cache_stats(),
+                    self.lake.decoded_stats(),
+                ),
                 SystemTable::Queries => {
                     // With access rules, a user sees its own queries unless it has `admin`.
                     let own = (self.security.access.enabled()
