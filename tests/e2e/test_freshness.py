@@ -1,6 +1,7 @@
 """The freshness contract: a commit by another writer is visible to the very next query on
 every open connection, with no restart and no TTL. Uses its own tables so the shared
 expectations of other tests stay valid."""
+import pytest
 import psycopg
 import pyarrow as pa
 
@@ -200,9 +201,21 @@ def test_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake
         assert conn.execute(q, (1,)).fetchall() == [(1,)]
         assert conn.execute(q, (2,)).fetchall() == [(2,)]
         reused = plans(gateway, "plans_reused")
+        unparsed = plans(gateway, "shape_hits")
         for i in range(3, 23):
             assert conn.execute(q, (i,)).fetchall() == [(i,)]
         assert plans(gateway, "plans_reused") - reused >= 20
+        # Texts of a shape seen before are not even parsed (gateway/src/service/shapes.rs).
+        assert plans(gateway, "shape_hits") - unparsed >= 20
+        assert conn.execute(q, (2147483648,)).fetchall() == []  # a bigint: another shape
+        # Such a text in a failed transaction is refused as any statement is.
+        conn.autocommit = False
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            conn.execute("SELECT nope FROM lifted_ticks")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            conn.execute(q, (3,))
+        conn.rollback()
+        conn.autocommit = True
         assert conn.execute(q, (51,)).fetchall() == []
         count = "SELECT count(*) FROM lifted_ticks WHERE "
         for where, want in (("tick < 3000000000", 50), ("tick > 9223372036854775806", 0),

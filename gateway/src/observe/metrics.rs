@@ -150,7 +150,7 @@ impl Metrics {
             GaugeVec::new(
                 Opts::new(
                     "lakegate_cache",
-                    "Result cache counters and sizes; plans_kept, plans_reused and plans_made count the kept plans",
+                    "Result cache counters and sizes; plans_kept, plans_reused and plans_made count the kept plans; shape_texts, shape_hits, shapes_learned and shapes_refused the texts answered without parsing",
                 ),
                 &["stat"],
             )?,
