@@ -216,6 +216,16 @@ def test_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake
             conn.execute(q, (3,))
         conn.rollback()
         conn.autocommit = True
+        # A session whose search path starts with a system schema reads unqualified names from
+        # the catalog: its texts are parsed, not taken from a shape learned elsewhere.
+        conn.execute("SET search_path TO pg_catalog, public")
+        unparsed = plans(gateway, "shape_hits")
+        try:
+            conn.execute(q, (4,))
+        except psycopg.Error:
+            pass
+        assert plans(gateway, "shape_hits") == unparsed
+        conn.execute("RESET search_path")
         assert conn.execute(q, (51,)).fetchall() == []
         count = "SELECT count(*) FROM lifted_ticks WHERE "
         for where, want in (("tick < 3000000000", 50), ("tick > 9223372036854775806", 0),
@@ -232,13 +242,23 @@ def test_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake
     assert not any("$" in text for text in logged), logged
     # Values in the text over the extended protocol (pgJDBC's Statement; psycopg preparing a
     # statement without parameters): Parse describes the lifted template, Execute runs it.
+    # Those texts are of the shape learned above: not parsed at their Parse either.
     with psycopg.connect(gateway.dsn, autocommit=True) as conn:
         reused = plans(gateway, "plans_reused")
+        unparsed = plans(gateway, "shape_hits")
         for i in range(30, 40):
             cur = conn.execute(f"SELECT tick FROM lifted_ticks WHERE tick = {i}", prepare=True)
             assert [d.name for d in cur.description] == ["tick"]
             assert cur.fetchall() == [(i,)]
         assert plans(gateway, "plans_reused") - reused >= 10
+        assert plans(gateway, "shape_hits") - unparsed >= 10
+        # Prepared once, executed after a commit: the template's plan reads the new rows.
+        conn.execute("SELECT count(*) FROM lifted_ticks WHERE tick > 40", prepare=True)
+        table.append(ticks(61, 5))
+        assert conn.execute("SELECT count(*) FROM lifted_ticks WHERE tick > 40",
+                            prepare=True).fetchone() == (25,)
+        assert conn.execute("SELECT count(*) FROM lifted_ticks WHERE tick > 64",
+                            prepare=True).fetchone() == (1,)
 
 
 def decoded(conn) -> tuple[int, int]:

@@ -330,18 +330,14 @@ impl GatewayService {
                         constructs: Default::default(),
                     }));
                 }
-                let settings = self.engine_settings(session);
                 // Described as Execute runs it: its literals lifted (the template's plan is
                 // shared); the client still sees a statement without parameters.
                 let lifted = lift(statement, None, ctx.text.as_deref())
                     .map(|(template, values)| (template, param_values(&values)));
                 let (runs, params) = runs(&lifted, statement, None);
-                let plan = ctx.guard(self.plan(runs, params, settings, ctx)).await?;
-                let mut described = ctx.guard(self.description(&plan)).await?;
-                if lifted.is_some() {
-                    described.param_types.clear();
-                }
-                Ok(Some(described))
+                self.describe_query(runs, params, lifted.is_some(), session, ctx)
+                    .await
+                    .map(Some)
             }
             StatementKind::Session => Ok(settings::describe(statement)),
             StatementKind::Cursor => match statement {
@@ -366,6 +362,43 @@ impl GatewayService {
             StatementKind::Write(verb) => Err(hooks::read_only(verb)),
             StatementKind::Other => Err(hooks::unsupported(statement)),
         }
+    }
+
+    /// [`Self::describe`] of the text `ctx.text` given as the lifted template a text of its
+    /// shape parsed to ([`Self::lifted_shape`]) and its values.
+    ///
+    /// # Errors
+    /// As [`Self::describe`].
+    #[tracing::instrument(name = "describe", skip_all, fields(query_id = ctx.query_id, frontend = ctx.frontend.name()))]
+    pub async fn describe_lifted(
+        &self,
+        template: &Statement,
+        values: &[Lifted],
+        session: &Session,
+        ctx: &StatementContext,
+    ) -> Result<Described> {
+        let values = param_values(values);
+        self.describe_query(template, Some(&values), true, session, ctx)
+            .await
+    }
+
+    /// A query's description as it runs (`runs` with `params`); a `lifted` one's parameters
+    /// are its own literals, not the client's to bind.
+    async fn describe_query(
+        &self,
+        runs: &Statement,
+        params: Option<&ParamValues>,
+        lifted: bool,
+        session: &Session,
+        ctx: &StatementContext,
+    ) -> Result<Described> {
+        let settings = self.engine_settings(session);
+        let plan = ctx.guard(self.plan(runs, params, settings, ctx)).await?;
+        let mut described = ctx.guard(self.description(&plan)).await?;
+        if lifted {
+            described.param_types.clear();
+        }
+        Ok(described)
     }
 
     /// Runs one statement for `session`.
@@ -401,10 +434,24 @@ impl GatewayService {
             .await
     }
 
-    /// The lifted template and values of the simple query `sql`, when a text of its shape
-    /// was seen: it is one `SELECT` reading the lake, not parsed again ([`shapes`]).
+    /// The lifted template and values of `sql`, when a text of its shape was seen: it is one
+    /// `SELECT` reading the lake, not parsed again ([`shapes`]) — when the session takes it
+    /// ([`Self::take_shape`]).
     pub fn lifted_shape(&self, sql: &str) -> Option<(Arc<Statement>, Vec<Lifted>)> {
         self.parser.lifted(sql)
+    }
+
+    /// Whether a text of `session` is answered from the shape found for it (counted as a
+    /// shape hit when it is): a shape is learned from a text whose tables are the lake's, and
+    /// a session whose search path starts with a system schema reads unqualified names from
+    /// the catalog (which the mirror may answer), so its texts are parsed.
+    pub fn take_shape(&self, session: &Session) -> bool {
+        let takes =
+            !lakegate_sql::classify::SYSTEM_SCHEMAS.contains(&session.default_schema().as_str());
+        if takes {
+            self.parser.count_shape_hit();
+        }
+        takes
     }
 
     async fn execute_input(

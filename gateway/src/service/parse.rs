@@ -109,6 +109,11 @@ impl Parser {
         self.shapes.learn(sql, template, values, &parse);
     }
 
+    /// Counts a text answered from its shape.
+    pub(crate) fn count_shape_hit(&self) {
+        self.shapes.count_hit();
+    }
+
     /// The shape memo's counters.
     pub(crate) fn shape_stats(&self) -> [(&'static str, u64); 4] {
         self.shapes.stats()

@@ -202,11 +202,11 @@ impl Default for Shapes {
             known: moka::sync::Cache::builder()
                 .max_capacity(SHAPES_BYTES)
                 .weigher(|key: &Arc<str>, known: &Arc<Known>| {
-                    let variants = match known.as_ref() {
-                        Known::Shapes(s) => s.len(),
-                        Known::Refused => 0,
+                    // Each variant holds a template about as large as a parsed text's tree.
+                    let bytes = match known.as_ref() {
+                        Known::Shapes(s) => super::weight::parsed(key, 1) * s.len() as u64,
+                        Known::Refused => super::weight::ENTRY_BYTES + key.len() as u64,
                     };
-                    let bytes = super::weight::parsed(key, variants);
                     u32::try_from(bytes).unwrap_or(u32::MAX)
                 })
                 .build(),
@@ -225,14 +225,15 @@ impl Shapes {
         let Known::Shapes(shapes) = known.as_ref() else {
             return None;
         };
-        let found = shapes.iter().find_map(|shape| {
+        shapes.iter().find_map(|shape| {
             let values = shape.values(sql, &masked.tokens)?;
             Some((shape.template.clone(), values))
-        });
-        if found.is_some() {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-        }
-        found
+        })
+    }
+
+    /// Counts a text answered from its shape.
+    pub(crate) fn count_hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Learns the shape of `sql`, which parsed and lifted to `template` with `values`,

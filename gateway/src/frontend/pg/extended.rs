@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::{Sink, SinkExt, StreamExt};
 use lakegate_engines::engine::Described;
+use lakegate_sql::lift::Lifted;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{ExtendedQueryHandler, send_execution_response};
 use pgwire::api::results::{DescribePortalResponse, FieldInfo, Response, Tag};
@@ -86,13 +87,25 @@ enum Parsed {
     Shared(Arc<Vec<Statement>>),
     /// With typed placeholders.
     Typed(Arc<Statement>),
+    /// Not parsed: the lifted template of a text of its shape, and this text's values
+    /// ([`GatewayService::lifted_shape`]).
+    Lifted(Arc<Statement>, Arc<[Lifted]>),
 }
 
 impl Parsed {
+    /// What runs (a lifted text's template).
     fn get(&self) -> Option<&Statement> {
         match self {
             Self::Shared(statements) => statements.first(),
-            Self::Typed(statement) => Some(statement),
+            Self::Typed(statement) | Self::Lifted(statement, _) => Some(statement),
+        }
+    }
+
+    /// A lifted text's values.
+    fn lifted(&self) -> Option<&[Lifted]> {
+        match self {
+            Self::Lifted(_, values) => Some(values),
+            _ => None,
         }
     }
 }
@@ -113,6 +126,44 @@ pub struct PgParser {
     pub(super) service: Arc<GatewayService>,
 }
 
+impl PgParser {
+    /// A text of a shape seen before (pgJDBC's `Statement`, values written in), described as
+    /// its lifted template with its values, without being parsed; `None`: it is parsed.
+    async fn lifted<C>(&self, client: &C, sql: &str) -> PgWireResult<Option<PgStatement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        if client.transaction_status() == TransactionStatus::Error {
+            return Ok(None);
+        }
+        let Some((template, values)) = self.service.lifted_shape(sql) else {
+            return Ok(None);
+        };
+        let session = session_of(client);
+        let session = session.lock().await;
+        if !self.service.take_shape(&session) {
+            return Ok(None);
+        }
+        let text: Arc<str> = Arc::from(sql);
+        let ctx = self
+            .service
+            .context(&session, cancel_token(client))
+            .with_batch(Batch::Fill(batch_of(client)))
+            .with_text(Some(text.clone()));
+        let described = self
+            .service
+            .describe_lifted(&template, &values, &session, &ctx)
+            .await
+            .map_err(pg_error)?;
+        Ok(Some(PgStatement {
+            statement: Parsed::Lifted(template, values.into()),
+            text: Some(text),
+            described: Some(described),
+            mirrored: None,
+        }))
+    }
+}
+
 #[async_trait]
 impl QueryParser for PgParser {
     type Statement = PgStatement;
@@ -126,6 +177,9 @@ impl QueryParser for PgParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
+        if let Some(lifted) = self.lifted(client, sql).await? {
+            return Ok(lifted);
+        }
         let statements = self.service.parse_shared(sql).map_err(pg_error)?;
         if statements.len() > 1 {
             return Err(to_pg_error(&Error::Syntax {
@@ -540,7 +594,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
         let sent = Sent {
             statement,
             text: stored.statement.text.clone(),
-            lifted: None,
+            lifted: stored.statement.statement.lifted(),
         };
         self.run(client, sent, params.as_ref(), &portal.result_column_format)
             .await

@@ -463,7 +463,9 @@ impl SimpleQueryHandler for PgQueryHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         batch_of(client).clear();
-        if let Some((template, values)) = self.service.lifted_shape(query) {
+        if let Some((template, values)) = self.service.lifted_shape(query)
+            && self.service.take_shape(&*session_of(client).lock().await)
+        {
             return Ok(vec![
                 self.run_lifted(client, query, &template, &values).await,
             ]);
