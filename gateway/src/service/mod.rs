@@ -13,7 +13,9 @@
 //! ```
 //!
 //! - [`context`] — the per-statement context (query id, user, deadline, cancel).
-//! - [`parse`] — SQL text → statements, with the rewrites BI tools need.
+//! - [`parse`] — SQL text → statements, with the rewrites BI tools need; [`shapes`] — texts
+//!   that differ from one seen before only in their lifted literals, not parsed again.
+//! - [`lifting`] — literals of lookups sent as text run as parameters of a template.
 //! - [`plan`] — the one plan every query goes through; [`kept`] — what it decided, kept per
 //!   statement for the next plan of it.
 //! - [`describe`], [`query`], [`run`], [`cache`]: describing and answering a plan.
@@ -35,6 +37,7 @@ pub mod engines;
 mod heat;
 pub mod hooks;
 mod kept;
+mod lifting;
 pub mod numeric;
 pub mod origins;
 pub mod output_names;
@@ -76,6 +79,7 @@ use crate::security::Security;
 use crate::session::Session;
 use cache::CacheKey;
 use hooks::{explain, settings, transaction};
+use lifting::{Input, lift, param_values, runs};
 use parse::{Parser, explain_route_target};
 
 /// What a statement produced.
@@ -573,58 +577,6 @@ impl GatewayService {
     /// Unknown table, catalog failures.
     pub async fn table_schema(&self, schema: &str, table: &str) -> Result<SchemaRef> {
         Ok(self.lake.resolve(schema, table).await?.schema)
-    }
-}
-
-/// A statement sent without parameters as the template of its lifted literals and their
-/// values ([`lakegate_sql::lift`]); `None` when it has parameters of its own or nothing to
-/// lift. `text` is its text as sent, when known.
-fn lift(
-    statement: &Statement,
-    params: Option<&ParamValues>,
-    text: Option<&str>,
-) -> Option<(Statement, Vec<Lifted>)> {
-    // A text without a digit has no literal to lift, and one with a `$` most likely has
-    // placeholders of its own (a Parse of `… = $1`): not even a copy of its tree is made.
-    let nothing_to_lift = |t: &str| t.contains('$') || !t.bytes().any(|b| b.is_ascii_digit());
-    if params.is_some() || text.is_some_and(nothing_to_lift) {
-        return None;
-    }
-    lakegate_sql::lift::lift(statement)
-}
-
-/// Lifted values as parameters, typed as PostgreSQL types the literals.
-fn param_values(values: &[Lifted]) -> ParamValues {
-    use datafusion::common::ScalarValue;
-    ParamValues::List(
-        values
-            .iter()
-            .map(|v| match *v {
-                Lifted::Int4(v) => ScalarValue::Int32(Some(v)).into(),
-                Lifted::Int8(v) => ScalarValue::Int64(Some(v)).into(),
-            })
-            .collect(),
-    )
-}
-
-/// What [`GatewayService::execute_input`] runs.
-#[derive(Clone, Copy)]
-enum Input<'a> {
-    /// A statement as parsed from the client's text, with the client's parameters.
-    Written(&'a Statement, Option<&'a ParamValues>),
-    /// The lifted template of the client's text (`ctx.text`) and its values.
-    Lifted(&'a Statement, &'a ParamValues),
-}
-
-/// What runs: the lifted template with its values, or `statement` with `params`.
-fn runs<'a>(
-    lifted: &'a Option<(Statement, ParamValues)>,
-    statement: &'a Statement,
-    params: Option<&'a ParamValues>,
-) -> (&'a Statement, Option<&'a ParamValues>) {
-    match lifted {
-        Some((template, values)) => (template, Some(values)),
-        None => (statement, params),
     }
 }
 
