@@ -388,10 +388,16 @@ impl Session {
     /// The schema unqualified table names resolve to (the first of `search_path`, else
     /// `public`), as [`Settings::default_schema`] gives it.
     pub fn default_schema(&self) -> String {
-        self.search_path()
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| "public".into())
+        // The first entry alone (every statement asks: no list of them is built).
+        self.values
+            .get("search_path")
+            .and_then(|s| {
+                s.split(',')
+                    .map(|p| p.trim().trim_matches('"'))
+                    .find(|p| !p.is_empty() && *p != "$user")
+            })
+            .unwrap_or("public")
+            .to_string()
     }
 
     /// The settings an engine needs.

@@ -514,18 +514,16 @@ impl GatewayService {
                 // Literals a lookup varies by become parameters, so that lookups sent as
                 // text share one plan (`lakegate_sql::lift`); the text's shape is learned, so
                 // that the next text of it is not even parsed (`shapes`).
-                let lifted = match input {
-                    Input::Lifted(..) => None,
-                    Input::Written(..) => {
-                        lift(statement, params, ctx.text.as_deref()).map(|(template, values)| {
-                            if let Some(text) = ctx.text.as_deref() {
-                                self.parser.learn_shape(text, &template, &values);
-                            }
-                            (template, param_values(&values))
-                        })
-                    }
-                };
+                // (A lifted template comes with its values: `lift` leaves it as it is.)
+                let lifted =
+                    lift(statement, params, ctx.text.as_deref()).map(|(template, values)| {
+                        if let Some(text) = ctx.text.as_deref() {
+                            self.parser.learn_shape(text, &template, &values);
+                        }
+                        (template, param_values(&values))
+                    });
                 let (runs, params) = runs(&lifted, statement, params);
+                // The history shows the client's text whenever a template runs.
                 let written =
                     (lifted.is_some() || matches!(input, Input::Lifted(..))).then_some(statement);
                 let stream = self
