@@ -135,7 +135,11 @@ fn cacheable(request: &EngineRequest<'_>) -> bool {
 }
 
 fn key(request: &EngineRequest<'_>) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    use std::hash::BuildHasher;
+    // foldhash: a key hashes a whole syntax tree per execution (SipHash took twice as long).
+    // Seeded per process; a collision only costs a plan (a kept plan's statement is compared).
+    static KEYS: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+    let mut h = KEYS.get_or_init(Default::default).build_hasher();
     request.statement.hash(&mut h);
     let s = request.settings;
     (

@@ -270,6 +270,12 @@ impl TableCopy {
             }
             at.push((sources.len() - 1, row));
         }
+        // Consecutive rows of one batch (a point lookup's row): a slice of it, not a copy.
+        if let ([source], Some(&(_, first)), Some(&(_, last))) = (&sources[..], at.first(), at.last())
+            && last - first + 1 == at.len()
+        {
+            return Ok(Some(vec![source.slice(first, at.len())]));
+        }
         let gathered = arrow::compute::interleave_record_batch(&sources, &at)
             .map_err(|e| Error::Internal(e.to_string()))?;
         Ok(Some(vec![gathered]))

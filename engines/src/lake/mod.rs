@@ -472,11 +472,43 @@ impl Lake {
         table: &str,
         max_staleness: std::time::Duration,
     ) -> Result<ResolvedTable> {
+        if max_staleness.is_zero()
+            && let Some(resolved) = self.resolve_in_place(schema, table)
+        {
+            return Ok(resolved);
+        }
         self.bounded(
             || format!("resolving {schema}.{table}"),
             self.resolve_now(schema, table, max_staleness),
         )
         .await
+    }
+
+    /// `schema.table` at its current version when that is known without waiting: its token
+    /// read in place ([`TokenSource::lookup_in_place`]) names metadata loaded before. No
+    /// timer, no task: a lookup that would wait (another catalog, a locked file, a version
+    /// not loaded yet) is left to [`Self::resolve_now`] (`None`).
+    fn resolve_in_place(&self, schema: &str, table: &str) -> Option<ResolvedTable> {
+        use std::sync::atomic::Ordering;
+        let started = std::time::Instant::now();
+        let location = self.tokens.lookup_in_place(schema, table)??;
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .lookup_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        let resolved = self.cached(&location)?;
+        // As `token` keeps it (known tables, staleness), without a key built when it is there.
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        match recent.get_mut(&resolved.ident) {
+            Some(slot) => *slot = (started, location),
+            None => {
+                if recent.len() >= LOADED_CAPACITY {
+                    recent.clear();
+                }
+                recent.insert(resolved.ident.clone(), (started, location));
+            }
+        }
+        Some(resolved)
     }
 
     async fn resolve_now(

@@ -129,6 +129,20 @@ impl TokenSource {
         })
     }
 
+    /// The table's current metadata location read on this thread without waiting (a SQLite
+    /// catalog's file): `Some(None)` when there is no such table, `None` when it could not be
+    /// read so (then [`Self::lookup`]).
+    pub(super) fn lookup_in_place(&self, schema: &str, table: &str) -> Option<Option<String>> {
+        match self {
+            Self::Sql {
+                catalog_name,
+                in_place: Some(tokens),
+                ..
+            } => tokens.lookup([catalog_name.as_str(), schema, table]),
+            _ => None,
+        }
+    }
+
     /// The table's current metadata location, or `None` when it does not exist.
     pub(super) async fn lookup(
         &self,

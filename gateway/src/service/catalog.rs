@@ -28,6 +28,25 @@ pub struct Forward {
     pub reads_catalog: bool,
 }
 
+/// The statements a connection last found the gateway answers entirely (none is the
+/// mirror's), and the default schema that was judged in: a connection repeating its text
+/// (every extended-protocol execution parses it again) is not walked again. The statements
+/// are the parser's kept ones, compared by address (held here, so the address is theirs).
+#[derive(Debug, Default)]
+pub struct Answered(std::sync::Mutex<Option<(Arc<Vec<Statement>>, String)>>);
+
+impl Answered {
+    fn knows(&self, parsed: &Arc<Vec<Statement>>, default_schema: &str) -> bool {
+        let last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref()
+            .is_some_and(|(s, d)| Arc::ptr_eq(s, parsed) && d == default_schema)
+    }
+
+    fn remember(&self, parsed: &Arc<Vec<Statement>>, default_schema: String) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((parsed.clone(), default_schema));
+    }
+}
+
 impl GatewayService {
     /// The statements of `text` (parsed by the gateway as `parsed`) the catalog mirror
     /// answers for `session`, by position (`None`: the gateway answers it; empty: all of
@@ -37,13 +56,17 @@ impl GatewayService {
     pub async fn catalog_forwards(
         &self,
         text: &str,
-        parsed: &[Statement],
+        parsed: &Arc<Vec<Statement>>,
         session: &Session,
+        answered: &Answered,
     ) -> Vec<Option<Forward>> {
         let Some(mirror) = self.mirror.as_ref() else {
             return vec![];
         };
         let default_schema = session.default_schema();
+        if answered.knows(parsed, &default_schema) {
+            return vec![];
+        }
         // The gateway answers what reads the lake, and rows of literals (`SELECT 1`).
         let gateway_answers = |s: &Statement| {
             super::constant::of(s).is_some()
@@ -51,6 +74,7 @@ impl GatewayService {
                     .map_or(true, |r| !r.lake.is_empty() || !r.system.is_empty())
         };
         if parsed.iter().all(gateway_answers) {
+            answered.remember(parsed, default_schema.to_string());
             return vec![];
         }
         let Ok(statements) = DFParser::parse_sql_with_dialect(text, &PostgreSqlDialect {}) else {

@@ -3,13 +3,22 @@
 //! other engine's answer is cast to this schema, so a client sees one type per column whichever
 //! engine answered. Descriptions are cached by their full key (statement, versions, session):
 //! a repeated Parse of an unchanged query (every pgbench or JDBC execution) skips planning.
+//!
+//! A Parse of a statement whose plan is kept for the session's settings, at versions that are
+//! still current, answers the client's description the kept plan was last described with
+//! ([`GatewayService::described_kept`]): no estimate, no decision, no renaming. The estimate
+//! and the decision only refuse (or route) an execution; a Parse's estimate has no values to
+//! bound it by, except a lifted text's, so a group with a scan cap always decides again.
 
 use lakegate_engines::EngineRequest;
 use lakegate_engines::engine::Described;
 
-use super::GatewayService;
+use datafusion::sql::sqlparser::ast::Statement;
+use lakegate_engines::Settings;
+
 use super::output_names;
-use super::plan::Plan;
+use super::plan::{ClientDescribed, Plan};
+use super::{GatewayService, StatementContext};
 use crate::error::Result;
 
 impl GatewayService {
@@ -27,7 +36,59 @@ impl GatewayService {
             described.schema = output_names::rename_schema(&described.schema, names);
         }
         described.schema = plan.with_origins(&described.schema);
+        if plan.resolved.system_tables.is_empty() {
+            plan.rewrites.keep_described(ClientDescribed {
+                attributes: plan.mirror.as_ref().map(|db| db.attributes()),
+                described: described.clone(),
+            });
+        }
         Ok(described)
+    }
+
+    /// The client's description of `runs` from its kept plan (see the module documentation),
+    /// when one is kept for `settings` at the versions current now, was described before with
+    /// the mirror's current attributes, and its group caps no scan; `None`: plan it.
+    ///
+    /// # Errors
+    /// Resolving the tables' versions.
+    pub(crate) async fn described_kept(
+        &self,
+        runs: &Statement,
+        settings: &Settings,
+        ctx: &StatementContext,
+    ) -> Result<Option<Described>> {
+        let routing = self.router.table();
+        let (tree, _) = self.cache.intern(runs);
+        let Some(kept) = self.kept.find(&tree, settings, ctx, &routing) else {
+            return Ok(None);
+        };
+        let Some(memo) = kept.rewrites.described() else {
+            return Ok(None);
+        };
+        if kept.chosen.group.max_scan_bytes > 0 {
+            return Ok(None);
+        }
+        let r = self
+            .resolve(&kept.chosen.refs, kept.chosen.group.max_staleness, ctx)
+            .await?;
+        if !kept.at(&r.pins) {
+            return Ok(None);
+        }
+        // Origins are read from the mirror database the plan would number them in.
+        let attributes = match (&kept.rewrites.origins, &self.mirror) {
+            (Some(_), Some(mirror)) => Some(mirror.database(&settings.database).await.attributes()),
+            _ => None,
+        };
+        let same = match (&attributes, &memo.attributes) {
+            (None, None) => true,
+            (Some(now), Some(then)) => std::sync::Arc::ptr_eq(now, then),
+            _ => false,
+        };
+        if !same {
+            return Ok(None);
+        }
+        self.kept.count_reused();
+        Ok(Some(memo.described))
     }
 
     /// The planner's description of `plan`'s statement as the engines run it (before renaming

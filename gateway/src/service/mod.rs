@@ -397,8 +397,14 @@ impl GatewayService {
         ctx: &StatementContext,
     ) -> Result<Described> {
         let settings = self.engine_settings(session);
-        let plan = ctx.guard(self.plan(runs, params, settings, ctx)).await?;
-        let mut described = ctx.guard(self.description(&plan)).await?;
+        let kept = ctx.guard(self.described_kept(runs, &settings, ctx)).await?;
+        let mut described = match kept {
+            Some(described) => described,
+            None => {
+                let plan = ctx.guard(self.plan(runs, params, settings, ctx)).await?;
+                ctx.guard(self.description(&plan)).await?
+            }
+        };
         if lifted {
             described.param_types.clear();
         }

@@ -123,11 +123,23 @@ pub struct Rewrites {
     tree: OnceLock<(Tree, u64)>,
     /// The planner's description of what runs (made at the first Describe).
     planned: OnceLock<Described>,
+    /// The client's description (output names, numeric outputs and origins applied) and the
+    /// mirror's attributes its origins were read from: what a Parse of the kept plan answers
+    /// ([`GatewayService::described_kept`]).
+    described: std::sync::Mutex<Option<ClientDescribed>>,
     /// The statement as the client wrote it, printed (for the history; at its first use).
     text: OnceLock<String>,
     /// The last schema [`Plan::with_origins`] annotated: the mirror's attributes it read, the
     /// schema and the annotated schema (a kept plan's executions annotate the same schema).
     annotated: std::sync::Mutex<Option<Annotated>>,
+}
+
+/// A client's description of a kept plan, and the mirror's attributes it was annotated from
+/// (`None`: no origins were read).
+#[derive(Debug, Clone)]
+pub(crate) struct ClientDescribed {
+    pub(crate) attributes: Option<Arc<crate::mirror::database::Attributes>>,
+    pub(crate) described: Described,
 }
 
 /// A result schema with its columns' catalog places, and what they were read from.
@@ -154,6 +166,7 @@ impl Rewrites {
             origins: None,
             tree: OnceLock::new(),
             planned: OnceLock::new(),
+            described: std::sync::Mutex::new(None),
             text: OnceLock::new(),
             annotated: std::sync::Mutex::new(None),
         }
@@ -186,6 +199,19 @@ impl Rewrites {
     /// Keeps the planner's description of what runs.
     pub(crate) fn keep_planned(&self, described: &Described) {
         let _ = self.planned.set(described.clone());
+    }
+
+    /// The client's description kept by [`Self::keep_described`].
+    pub(crate) fn described(&self) -> Option<ClientDescribed> {
+        self.described
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Keeps the client's description (the last one made: the mirror's attributes move on).
+    pub(crate) fn keep_described(&self, described: ClientDescribed) {
+        *self.described.lock().unwrap_or_else(|p| p.into_inner()) = Some(described);
     }
 }
 

@@ -86,8 +86,9 @@ pub(crate) fn described(d: &Described) -> u64 {
 /// 50,000 different parameters keeps one tree, not 50,000 copies. Bounded by the estimated
 /// bytes of the trees it keeps; a tree it dropped lives on in the keys that hold it.
 pub(crate) struct Statements {
-    /// Each tree, with its estimated heap ([`statement`], printed once per tree).
-    trees: moka::sync::Cache<Arc<Statement>, (Tree, u64)>,
+    /// Each tree, with its estimated heap ([`statement`], printed once per tree). Hashed with
+    /// foldhash (a lookup hashes a whole tree: SipHash took twice as long), seeded per process.
+    trees: moka::sync::Cache<Arc<Statement>, (Tree, u64), foldhash::fast::RandomState>,
 }
 
 /// An interned syntax tree and its hash, computed once: a key holding it hashes in constant
@@ -101,12 +102,9 @@ pub(crate) struct Tree {
 impl Tree {
     pub(crate) fn new(statement: Arc<Statement>) -> Self {
         use std::hash::BuildHasher;
-        // Keyed per process, as a HashMap's own hasher is: clients choose the statements.
-        static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
-            std::sync::OnceLock::new();
-        let hash = KEYS
-            .get_or_init(std::collections::hash_map::RandomState::new)
-            .hash_one(&*statement);
+        // Seeded per process, as a HashMap's own hasher is: clients choose the statements.
+        static KEYS: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+        let hash = KEYS.get_or_init(Default::default).hash_one(&*statement);
         Self { statement, hash }
     }
 }
@@ -137,7 +135,7 @@ impl Default for Statements {
                 .weigher(|_: &Arc<Statement>, (_, bytes): &(Tree, u64)| {
                     u32::try_from(*bytes).unwrap_or(u32::MAX)
                 })
-                .build(),
+                .build_with_hasher(foldhash::fast::RandomState::default()),
         }
     }
 }

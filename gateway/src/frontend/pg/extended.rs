@@ -27,7 +27,7 @@ use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionS
 use super::encode::{fields, format_options};
 use super::forward::{self, Mirrored, pg_type};
 use super::handler::{
-    PgQueryHandler, Sent, aborted, batch_of, cancel_token, ends_transaction, pg_error,
+    PgQueryHandler, Sent, aborted, answered_of, batch_of, cancel_token, ends_transaction, pg_error,
     prepared_names, session_of, to_pg_error,
 };
 use crate::error::Error;
@@ -199,7 +199,7 @@ impl QueryParser for PgParser {
             let session = session.lock().await;
             let mut forwards = self
                 .service
-                .catalog_forwards(sql, &statements, &session)
+                .catalog_forwards(sql, &statements, &session, &answered_of(client))
                 .await;
             if let (1, Some(Some(forward))) = (forwards.len(), forwards.pop()) {
                 let oids: Vec<u32> = types

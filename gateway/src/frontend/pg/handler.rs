@@ -39,7 +39,7 @@ use crate::error::Error;
 use crate::mirror::wire::Bound;
 use crate::security::auth::Auth;
 use crate::security::limits::{ConnectionLimits, LimitsConfig};
-use crate::service::catalog::Forward;
+use crate::service::catalog::{Answered, Forward};
 use crate::service::{
     Batch, BatchVersions, Deallocate, Frontend, GatewayService, QueryOutput, TransactionEffect,
 };
@@ -215,6 +215,14 @@ pub(super) fn batch_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<BatchVersions>
     client
         .session_extensions()
         .get_or_insert_with(BatchVersions::default)
+}
+
+/// The statements this connection last found the gateway answers entirely
+/// ([`Answered`]).
+pub(super) fn answered_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<Answered> {
+    client
+        .session_extensions()
+        .get_or_insert_with(Answered::default)
 }
 
 /// The names of the statements this connection prepared (Parse with a name), so that
@@ -478,7 +486,7 @@ impl SimpleQueryHandler for PgQueryHandler {
             let session = cell.lock().await;
             let forwards = self
                 .service
-                .catalog_forwards(query, &statements, &session)
+                .catalog_forwards(query, &statements, &session, &answered_of(client))
                 .await;
             // Both parses split the text alike; if not, the gateway answers everything.
             if forwards.len() == statements.len() {
