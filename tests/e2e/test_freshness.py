@@ -185,6 +185,51 @@ def test_a_statement_asks_the_catalog_once_and_a_prepared_one_sees_later_commits
         assert [c.fetchone() for c in cursors] == [(30,)] * 3
 
 
+def test_a_repeated_parse_describes_the_table_as_it_is_now(gateway, lake_dir):
+    """psycopg (prepare_threshold=None) sends every execution as Parse/Describe/Execute: a Parse
+    of a plan kept at the table's current version answers the description it was last given,
+    without planning again. A commit that adds a column is described anew (the new column in
+    cursor.description, and in the rows); so is another session's table of the same name, and
+    a session whose search path names another schema's table of that name."""
+    cat = wh.catalog(str(lake_dir))
+    table = cat.create_table("public.described", schema=wh.Schema(
+        wh.NestedField(1, "tick", wh.LongType(), required=True)))
+    table.append(pa.table({"tick": pa.array([1, 2, 3], pa.int64())},
+                          schema=pa.schema([pa.field("tick", pa.int64(), nullable=False)])))
+    cat.create_namespace_if_not_exists("other")
+    other = cat.create_table("other.described", schema=wh.Schema(
+        wh.NestedField(1, "tick", wh.LongType(), required=True),
+        wh.NestedField(2, "ratio", wh.DoubleType(), required=False)))
+    other.append(pa.table({"tick": pa.array([7], pa.int64()),
+                           "ratio": pa.array([0.5], pa.float64())},
+                          schema=pa.schema([pa.field("tick", pa.int64(), nullable=False),
+                                            pa.field("ratio", pa.float64())])))
+    q = "SELECT * FROM described WHERE tick > %s ORDER BY tick"
+    with psycopg.connect(gateway.dsn, autocommit=True, prepare_threshold=None) as conn:
+        def names_and_rows(value):
+            cur = conn.execute(q, (value,))
+            return [d.name for d in cur.description], cur.fetchall()
+
+        assert names_and_rows(0) == (["tick"], [(1,), (2,), (3,)])
+        reused = plans(gateway, "plans_reused")
+        for i in range(5):
+            assert names_and_rows(i % 3) == (["tick"], [(t,) for t in range(i % 3 + 1, 4)])
+        # Each Parse and each Execute reused the kept plan.
+        assert plans(gateway, "plans_reused") - reused >= 10
+        cat.load_table("public.described").update_schema().add_column(
+            "note", wh.StringType()).commit()
+        cat.load_table("public.described").append(pa.table(
+            {"tick": pa.array([4], pa.int64()), "note": pa.array(["four"])},
+            schema=pa.schema([pa.field("tick", pa.int64(), nullable=False),
+                              pa.field("note", pa.string())])))
+        assert names_and_rows(2) == (["tick", "note"], [(3, None), (4, "four")])
+        assert names_and_rows(3) == (["tick", "note"], [(4, "four")])
+        conn.execute("SET search_path TO other")
+        assert names_and_rows(0) == (["tick", "ratio"], [(7, 0.5)])
+        conn.execute("RESET search_path")
+        assert names_and_rows(3) == (["tick", "note"], [(4, "four")])
+
+
 def test_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake_dir):
     """An app that binds on the client (psycopg's ClientCursor, psycopg2, PHP's PDO) sends each
     lookup as new text over the simple protocol. The integer literals in its filters are lifted

@@ -271,7 +271,8 @@ impl TableCopy {
             at.push((sources.len() - 1, row));
         }
         // Consecutive rows of one batch (a point lookup's row): a slice of it, not a copy.
-        if let ([source], Some(&(_, first)), Some(&(_, last))) = (&sources[..], at.first(), at.last())
+        if let ([source], Some(&(_, first)), Some(&(_, last))) =
+            (&sources[..], at.first(), at.last())
             && last - first + 1 == at.len()
         {
             return Ok(Some(vec![source.slice(first, at.len())]));

@@ -492,11 +492,12 @@ impl Lake {
         use std::sync::atomic::Ordering;
         let started = std::time::Instant::now();
         let location = self.tokens.lookup_in_place(schema, table)??;
+        let resolved = self.cached(&location)?;
+        // Counted when it answers (else `resolve_now` looks up and counts).
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         self.stats
             .lookup_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        let resolved = self.cached(&location)?;
         // As `token` keeps it (known tables, staleness), without a key built when it is there.
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         match recent.get_mut(&resolved.ident) {

@@ -12,11 +12,14 @@ use crate::classify::{self, StatementKind};
 use crate::profile::QueryProfile;
 
 impl GatewayService {
-    /// What a planned query reads (`None`: no lake table).
+    /// What a planned query reads (`None`: no lake table); its WHERE as a predicate only when
+    /// it `scanned` (an answer from the result cache reads no file: its tables and columns
+    /// count, but the partitions compaction serves are the ones scans read).
     pub(crate) fn observation(
         &self,
         plan: &Plan,
         params: Option<&ParamValues>,
+        scanned: bool,
     ) -> Option<Observation> {
         let p = &plan.profile;
         if p.tables.is_empty() {
@@ -24,10 +27,11 @@ impl GatewayService {
         }
         let mut pins = plan.resolved.pins.iter();
         let predicate = match (pins.next(), pins.next()) {
-            (Some((_, table)), None) => crate::profile::top_where(plan.statement()).and_then(|w| {
-                let bound = crate::profile::bind_parameters(w, params);
-                estimate::predicate(&bound, table.table.metadata().current_schema())
-            }),
+            (Some((_, table)), None) if scanned => crate::profile::top_where(plan.statement())
+                .and_then(|w| {
+                    let bound = crate::profile::bind_parameters(w, params);
+                    estimate::predicate(&bound, table.table.metadata().current_schema())
+                }),
             _ => None,
         };
         Some(Observation {

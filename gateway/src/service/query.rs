@@ -115,13 +115,13 @@ impl GatewayService {
         r.group = plan.decision.group.name.clone();
         r.route = Some(plan.route);
         let planned_us = started.elapsed().as_micros() as u64;
-        pending.observation = self.observation(&plan, params);
         let Answer {
             stream,
             engine,
             outcome,
             queued,
         } = ctx.guard(self.cached_or_run(&plan, params)).await?;
+        pending.observation = self.observation(&plan, params, outcome != CacheOutcome::Hit);
         tracing::debug!(
             group = plan.decision.group.name.as_str(),
             route = plan.route.name(),

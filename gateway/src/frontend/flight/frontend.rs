@@ -38,9 +38,23 @@ pub const TAG_HEADER: &str = "x-lakegate-tag";
 /// number is milliseconds, as in PostgreSQL).
 pub const STATEMENT_TIMEOUT_HEADER: &str = "x-lakegate-statement-timeout";
 
+/// The one statement of a request's text: the parser's kept statements of it, shared (a
+/// prepared statement's every execution used to copy its tree).
+#[derive(Clone)]
+pub(super) struct OneStatement(Arc<Vec<Statement>>);
+
+impl std::ops::Deref for OneStatement {
+    type Target = Statement;
+
+    fn deref(&self) -> &Statement {
+        // Made only of texts of exactly one statement (`parse_one`).
+        &self.0[0]
+    }
+}
+
 /// A prepared statement: its parsed form, description and bound parameters.
 pub(super) struct PreparedStatement {
-    pub(super) statement: Statement,
+    pub(super) statement: OneStatement,
     pub(super) described: Option<Described>,
     pub(super) params: Option<ParamValues>,
 }
@@ -156,11 +170,11 @@ impl FlightSqlFrontend {
     }
 
     /// The one statement of `sql` (`?` placeholders numbered).
-    pub(super) fn parse_one(&self, sql: &str) -> Result<Statement, Status> {
+    pub(super) fn parse_one(&self, sql: &str) -> Result<OneStatement, Status> {
         let sql = numbered_placeholders(sql);
-        let mut statements = self.service.parse(&sql).map_err(status)?;
+        let statements = self.service.parse_shared(&sql).map_err(status)?;
         match statements.len() {
-            1 => Ok(statements.remove(0)),
+            1 => Ok(OneStatement(statements)),
             0 => Err(Status::invalid_argument("empty query")),
             _ => Err(Status::invalid_argument("one statement per request")),
         }
