@@ -136,7 +136,7 @@ fn cacheable(request: &EngineRequest<'_>) -> bool {
 
 fn key(request: &EngineRequest<'_>) -> u64 {
     use std::hash::BuildHasher;
-    // foldhash: a key hashes a whole syntax tree per execution (SipHash took twice as long).
+    // foldhash: a key hashes a whole syntax tree per execution, and SipHash costs more per node.
     // Seeded per process; a collision only costs a plan (a kept plan's statement is compared).
     static KEYS: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
     let mut h = KEYS.get_or_init(Default::default).build_hasher();

@@ -380,4 +380,60 @@ mod tests {
         assert_eq!(names[&Key::Text("a".into())], vec![0, (1 << 32)]);
         assert!(heap > 0);
     }
+
+    #[test]
+    fn a_lookup_gives_exactly_the_rows_of_its_keys() {
+        let batches = vec![
+            batch(&[1, 2, 3, 4], &[Some("a"), Some("b"), Some("b"), Some("c")]),
+            batch(&[5, 1], &[Some("b"), Some("d")]),
+        ];
+        let schema = batches[0].schema();
+        let (by_id, _) = build_index(&batches, 0);
+        let (by_name, _) = build_index(&batches, 1);
+        let copy = TableCopy {
+            snapshot_id: 1,
+            schema_id: 0,
+            schema,
+            files: BTreeMap::new(),
+            batches,
+            indexes: HashMap::from([(0, by_id), (1, by_name)]),
+            rows: 6,
+            bytes: 0,
+        };
+        let rows = |column: usize, keys: &[Key]| -> Vec<(i64, String)> {
+            let found = copy.lookup(column, keys).expect("lookup").expect("indexed");
+            found
+                .iter()
+                .flat_map(|b| {
+                    let ids = b.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+                    let names = b.column(1).as_string::<i32>();
+                    (0..b.num_rows())
+                        .map(|i| (ids.value(i), names.value(i).to_string()))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        // One row (a slice of its batch), consecutive rows of one batch, rows of two batches,
+        // rows apart in one batch, a key twice, a key that is not there.
+        assert_eq!(rows(0, &[Key::Int(3)]), [(3, "b".to_string())]);
+        assert_eq!(
+            rows(0, &[Key::Int(4), Key::Int(3)]),
+            [(3, "b".into()), (4, "c".into())]
+        );
+        assert_eq!(rows(0, &[Key::Int(1)]), [(1, "a".into()), (1, "d".into())]);
+        assert_eq!(
+            rows(0, &[Key::Int(1), Key::Int(4)]),
+            [(1, "a".into()), (4, "c".into()), (1, "d".into())]
+        );
+        assert_eq!(
+            rows(1, &[Key::Text("b".into())]),
+            [(2, "b".into()), (3, "b".into()), (5, "b".into())]
+        );
+        assert_eq!(rows(0, &[Key::Int(2), Key::Int(2)]), [(2, "b".to_string())]);
+        assert!(rows(0, &[Key::Int(9)]).is_empty());
+        assert!(
+            copy.lookup(5, &[Key::Int(1)]).expect("lookup").is_none(),
+            "no index"
+        );
+    }
 }

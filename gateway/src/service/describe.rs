@@ -10,11 +10,9 @@
 //! and the decision only refuse (or route) an execution; a Parse's estimate has no values to
 //! bound it by, except a lifted text's, so a group with a scan cap always decides again.
 
-use lakegate_engines::EngineRequest;
-use lakegate_engines::engine::Described;
-
 use datafusion::sql::sqlparser::ast::Statement;
-use lakegate_engines::Settings;
+use lakegate_engines::engine::Described;
+use lakegate_engines::{EngineRequest, Settings};
 
 use super::output_names;
 use super::plan::{ClientDescribed, Plan};

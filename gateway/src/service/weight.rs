@@ -87,7 +87,8 @@ pub(crate) fn described(d: &Described) -> u64 {
 /// bytes of the trees it keeps; a tree it dropped lives on in the keys that hold it.
 pub(crate) struct Statements {
     /// Each tree, with its estimated heap ([`statement`], printed once per tree). Hashed with
-    /// foldhash (a lookup hashes a whole tree: SipHash took twice as long), seeded per process.
+    /// foldhash, seeded per process: a lookup hashes a whole tree, node by node, and SipHash
+    /// costs more per node.
     trees: moka::sync::Cache<Arc<Statement>, (Tree, u64), foldhash::fast::RandomState>,
 }
 
