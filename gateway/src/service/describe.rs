@@ -15,7 +15,8 @@ use lakegate_engines::engine::Described;
 use lakegate_engines::{EngineRequest, Settings};
 
 use super::output_names;
-use super::plan::{ClientDescribed, Plan};
+use super::plan::Plan;
+use super::rewrites::ClientDescribed;
 use super::{GatewayService, StatementContext};
 use crate::error::Result;
 

@@ -16,8 +16,9 @@
 //! - [`parse`] — SQL text → statements, with the rewrites BI tools need; [`shapes`] — texts
 //!   that differ from one seen before only in their lifted literals, not parsed again.
 //! - [`lifting`] — literals of lookups sent as text run as parameters of a template.
-//! - [`plan`] — the one plan every query goes through; [`kept`] — what it decided, kept per
-//!   statement for the next plan of it.
+//! - [`plan`] — the one plan every query goes through; [`rewrites`] — what it runs as, and
+//!   what is made from that once; [`kept`] — what it decided, kept per statement for the next
+//!   plan of it (a Parse of a kept plan answers its kept description).
 //! - [`describe`], [`query`], [`run`], [`cache`]: describing and answering a plan.
 //! - [`catalog`] — catalog statements the PostgreSQL mirror answers.
 //! - [`heat`] — what queries read, for the maintenance loop.
@@ -47,6 +48,7 @@ pub mod plan;
 mod plan_tests;
 pub(crate) mod query;
 mod resolve;
+pub mod rewrites;
 mod run;
 mod shapes;
 pub mod system;
