@@ -374,28 +374,25 @@ impl Session {
 
     /// The schemas of `search_path`, in order (`$user` and empty entries left out).
     pub fn search_path(&self) -> Vec<String> {
+        self.search_path_entries().map(str::to_string).collect()
+    }
+
+    /// The schemas of `search_path` in order, unquoted, without `$user` or empty entries.
+    fn search_path_entries(&self) -> impl Iterator<Item = &str> {
         self.values
             .get("search_path")
-            .map(|s| {
-                s.split(',')
-                    .map(|p| p.trim().trim_matches('"').to_string())
-                    .filter(|p| !p.is_empty() && p != "$user")
-                    .collect()
-            })
-            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|s| s.split(','))
+            .map(|p| p.trim().trim_matches('"'))
+            .filter(|p| !p.is_empty() && *p != "$user")
     }
 
     /// The schema unqualified table names resolve to (the first of `search_path`, else
     /// `public`), as [`Settings::default_schema`] gives it.
     pub fn default_schema(&self) -> String {
         // The first entry alone (every statement asks: no list of them is built).
-        self.values
-            .get("search_path")
-            .and_then(|s| {
-                s.split(',')
-                    .map(|p| p.trim().trim_matches('"'))
-                    .find(|p| !p.is_empty() && *p != "$user")
-            })
+        self.search_path_entries()
+            .next()
             .unwrap_or("public")
             .to_string()
     }

@@ -346,18 +346,37 @@ impl Lake {
         }
         let started = std::time::Instant::now();
         let location = self.tokens.lookup(&self.catalog, ident).await?;
+        if let Some(location) = &location {
+            self.looked_up(ident, started, location.clone());
+        } else {
+            self.count_lookup(started);
+        }
+        Ok(location)
+    }
+
+    /// Counts a token lookup begun at `started`.
+    fn count_lookup(&self, started: std::time::Instant) {
+        use std::sync::atomic::Ordering;
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         self.stats
             .lookup_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        if let Some(location) = &location {
-            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-            if recent.len() >= LOADED_CAPACITY {
-                recent.clear();
+    }
+
+    /// Counts a token lookup begun at `started` that found `ident` at `location`, and keeps
+    /// that as its recent token (known tables, staleness); no key is built when it is there.
+    fn looked_up(&self, ident: &TableIdent, started: std::time::Instant, location: String) {
+        self.count_lookup(started);
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        match recent.get_mut(ident) {
+            Some(slot) => *slot = (started, location),
+            None => {
+                if recent.len() >= LOADED_CAPACITY {
+                    recent.clear();
+                }
+                recent.insert(ident.clone(), (started, location));
             }
-            recent.insert(ident.clone(), (started, location.clone()));
         }
-        Ok(location)
     }
 
     /// The catalog configuration this lake was connected with.
@@ -489,26 +508,11 @@ impl Lake {
     /// timer, no task: a lookup that would wait (another catalog, a locked file, a version
     /// not loaded yet) is left to [`Self::resolve_now`] (`None`).
     fn resolve_in_place(&self, schema: &str, table: &str) -> Option<ResolvedTable> {
-        use std::sync::atomic::Ordering;
         let started = std::time::Instant::now();
         let location = self.tokens.lookup_in_place(schema, table)??;
         let resolved = self.cached(&location)?;
         // Counted when it answers (else `resolve_now` looks up and counts).
-        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .lookup_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        // As `token` keeps it (known tables, staleness), without a key built when it is there.
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        match recent.get_mut(&resolved.ident) {
-            Some(slot) => *slot = (started, location),
-            None => {
-                if recent.len() >= LOADED_CAPACITY {
-                    recent.clear();
-                }
-                recent.insert(resolved.ident.clone(), (started, location));
-            }
-        }
+        self.looked_up(&resolved.ident, started, location);
         Some(resolved)
     }
 

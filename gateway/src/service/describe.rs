@@ -58,19 +58,13 @@ impl GatewayService {
     ) -> Result<Option<Described>> {
         let routing = self.router.table();
         let (tree, _) = self.cache.intern(runs);
-        let Some(kept) = self.kept.find(&tree, settings, ctx, &routing) else {
+        let Some((kept, r)) = self.kept_resolved(&tree, settings, ctx, &routing).await? else {
             return Ok(None);
         };
         let Some(memo) = kept.rewrites.described() else {
             return Ok(None);
         };
-        if kept.chosen.group.max_scan_bytes > 0 {
-            return Ok(None);
-        }
-        let r = self
-            .resolve(&kept.chosen.refs, kept.chosen.group.max_staleness, ctx)
-            .await?;
-        if !kept.at(&r.pins) {
+        if kept.chosen.group.max_scan_bytes > 0 || !kept.at(&r.pins) {
             return Ok(None);
         }
         // Origins are read from the mirror database the plan would number them in.

@@ -215,10 +215,7 @@ impl GatewayService {
         let routing = self.router.table();
         let (tree, tree_bytes) = self.cache.intern(statement);
         let mut resolved = None;
-        if let Some(kept) = self.kept.find(&tree, &settings, ctx, &routing) {
-            let r = self
-                .resolve(&kept.chosen.refs, kept.chosen.group.max_staleness, ctx)
-                .await?;
+        if let Some((kept, r)) = self.kept_resolved(&tree, &settings, ctx, &routing).await? {
             if kept.at(&r.pins) {
                 self.kept.count_reused();
                 let chosen = &kept.chosen;
@@ -298,6 +295,24 @@ impl GatewayService {
         Ok(self
             .with_mirror(Plan::new(rewrites, decided, resolved, settings))
             .await)
+    }
+
+    /// The plan kept for the statement interned as `tree` under these settings and this
+    /// routing table, with the versions of its tables resolved now (`None`: none is kept).
+    pub(super) async fn kept_resolved(
+        &self,
+        tree: &super::weight::Tree,
+        settings: &Settings,
+        ctx: &StatementContext,
+        routing: &Arc<crate::routing::rules::RoutingTable>,
+    ) -> Result<Option<(Arc<Kept>, Resolved)>> {
+        let Some(kept) = self.kept.find(tree, settings, ctx, routing) else {
+            return Ok(None);
+        };
+        let resolved = self
+            .resolve(&kept.chosen.refs, kept.chosen.group.max_staleness, ctx)
+            .await?;
+        Ok(Some((kept, resolved)))
     }
 
     /// Steps 7–8 for a kept plan's rewrites at `resolved`.
