@@ -120,7 +120,9 @@ impl GatewayService {
             engine,
             outcome,
             queued,
-        } = ctx.guard(self.cached_or_run(&plan, params)).await?;
+        } = ctx
+            .guard(self.cached_or_run(&plan, params, ctx.query_id))
+            .await?;
         pending.observation = self.observation(&plan, params, outcome != CacheOutcome::Hit);
         tracing::debug!(
             group = plan.decision.group.name.as_str(),
@@ -149,7 +151,12 @@ impl GatewayService {
     }
 
     /// The plan's answer from the cache when it may be cached, else run.
-    async fn cached_or_run(&self, plan: &Plan, params: Option<&ParamValues>) -> Result<Answer> {
+    async fn cached_or_run(
+        &self,
+        plan: &Plan,
+        params: Option<&ParamValues>,
+        query_id: u64,
+    ) -> Result<Answer> {
         let statement = plan.runs();
         let pins = &plan.resolved.pins;
         let cacheable = plan.decision.group.cache
@@ -162,7 +169,10 @@ impl GatewayService {
             } else {
                 CacheOutcome::Off
             };
-            return Ok(Answer::ran(self.run(plan, params).await?, outcome));
+            return Ok(Answer::ran(
+                self.run(plan, params, query_id).await?,
+                outcome,
+            ));
         }
         let interned = plan.rewrites.tree(|s| self.cache.intern(s));
         let key = self.cache.key_of(interned, params, pins, &plan.settings);
@@ -175,7 +185,7 @@ impl GatewayService {
             .cache
             .get_or_compute(key, async {
                 let ran = self
-                    .run(plan, params)
+                    .run(plan, params, query_id)
                     .await
                     .map_err(|e| Uncached::Failed(Arc::new(e)))?;
                 *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some((ran.engine, ran.queued));
@@ -213,7 +223,7 @@ impl GatewayService {
                         }),
                         // Another caller computed it: run it here, streaming.
                         None => Ok(Answer::ran(
-                            self.run(plan, params).await?,
+                            self.run(plan, params, query_id).await?,
                             CacheOutcome::TooLarge,
                         )),
                     }

@@ -38,7 +38,12 @@ impl GatewayService {
     ///
     /// # Errors
     /// A full group (53300), the last engine's error when none could answer.
-    pub(crate) async fn run(&self, plan: &Plan, params: Option<&ParamValues>) -> Result<Ran> {
+    pub(crate) async fn run(
+        &self,
+        plan: &Plan,
+        params: Option<&ParamValues>,
+        query_id: u64,
+    ) -> Result<Ran> {
         let mut slot = match plan.route {
             Route::Planner => None,
             Route::Pinned | Route::Routed => {
@@ -148,7 +153,12 @@ impl GatewayService {
                 Err(e) if engine_fault(e.kind()) => {
                     self.router.record(&name, shape, bytes, None);
                     if routed && more {
-                        warn!(engine = %name, error = %e, "engine failed before answering: failing over");
+                        warn!(
+                            query_id,
+                            engine = %name,
+                            error = %e,
+                            "engine failed before answering: failing over"
+                        );
                     }
                     last = Some(e);
                     if !routed {

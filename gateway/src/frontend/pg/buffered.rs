@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use futures::{Sink, SinkExt};
 use pgwire::api::portal::Portal;
-use pgwire::api::results::DescribeResponse;
+use pgwire::api::results::{DescribeResponse, FieldInfo};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientPortalStore, DEFAULT_NAME};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -40,10 +40,29 @@ where
             ))
             .await?;
     }
-    let message = if response.is_no_data() {
+    if response.is_no_data() {
+        client
+            .feed(PgWireBackendMessage::NoData(NoData::new()))
+            .await?;
+        return Ok(());
+    }
+    rows_described(client, response.fields()).await
+}
+
+/// A portal's Describe answered with `fields`: RowDescription, or NoData for none.
+///
+/// # Errors
+/// The client's connection failed.
+pub(super) async fn rows_described<C>(client: &mut C, fields: &[FieldInfo]) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let message = if fields.is_empty() {
         PgWireBackendMessage::NoData(NoData::new())
     } else {
-        let fields = response.fields().iter().map(Into::into).collect();
+        let fields = fields.iter().map(Into::into).collect();
         PgWireBackendMessage::RowDescription(RowDescription::new(fields))
     };
     client.feed(message).await?;

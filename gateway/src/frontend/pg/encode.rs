@@ -40,10 +40,14 @@ pub(crate) fn format_options(session: &Session) -> Arc<FormatOptions> {
 /// The text-format columns whose values PostgreSQL prints otherwise than arrow-pg would
 /// (timestamps, dates, times, intervals, floats), printed by [`lakegate_engines::pg_text`];
 /// their RowDescription types stay what they are.
+///
+/// `last` is the schema the previous batch of the stream was given: taken again when its types
+/// are this batch's.
 fn pg_text_columns(
     batch: RecordBatch,
     fields: &[FieldInfo],
     time_zone: &str,
+    last: &mut Option<SchemaRef>,
 ) -> Result<RecordBatch, ArrowError> {
     let text = |i: usize, t: &DataType| {
         fields
@@ -69,34 +73,48 @@ fn pg_text_columns(
     }
     let schema = batch.schema();
     let mut columns = Vec::with_capacity(batch.num_columns());
-    let mut out_fields = Vec::with_capacity(batch.num_columns());
     for (i, (column, field)) in batch.columns().iter().zip(schema.fields()).enumerate() {
         if binary_numeric(i, field) {
-            let decimals = numeric_text_as_decimal(column.as_ref())?;
-            out_fields.push(
-                field
-                    .as_ref()
-                    .clone()
-                    .with_data_type(decimals.data_type().clone()),
-            );
-            columns.push(decimals);
+            columns.push(numeric_text_as_decimal(column.as_ref())?);
             continue;
         }
-        match text(i, column.data_type())
-            .then(|| pg_text::to_text(column.as_ref(), time_zone, pg_text::Booleans::Wire))
-            .flatten()
-        {
-            Some(printed) => {
-                columns.push(printed);
-                out_fields.push(field.as_ref().clone().with_data_type(DataType::Utf8));
-            }
-            None => {
-                columns.push(column.clone());
-                out_fields.push(field.as_ref().clone());
-            }
-        }
+        columns.push(
+            text(i, column.data_type())
+                .then(|| pg_text::to_text(column.as_ref(), time_zone, pg_text::Booleans::Wire))
+                .flatten()
+                .unwrap_or_else(|| column.clone()),
+        );
     }
-    RecordBatch::try_new(Arc::new(Schema::new(out_fields)), columns)
+    let same = |s: &Schema| {
+        s.fields().len() == columns.len()
+            && s.fields()
+                .iter()
+                .zip(&columns)
+                .all(|(f, c)| f.data_type() == c.data_type())
+    };
+    let out = match last.as_ref().filter(|s| same(s)) {
+        Some(s) => s.clone(),
+        None => {
+            // Only the rows are encoded from here (by the FieldInfos): a printed column's
+            // field needs no metadata.
+            let out_fields: Vec<arrow::datatypes::FieldRef> = schema
+                .fields()
+                .iter()
+                .zip(&columns)
+                .map(|(f, c)| {
+                    if f.data_type() == c.data_type() {
+                        f.clone()
+                    } else {
+                        Arc::new(Field::new(f.name(), c.data_type().clone(), f.is_nullable()))
+                    }
+                })
+                .collect();
+            let out = Arc::new(Schema::new(out_fields));
+            *last = Some(out.clone());
+            out
+        }
+    };
+    RecordBatch::try_new(out, columns)
 }
 
 /// PostgreSQL numeric text as a decimal column for the binary format: the largest scale of
@@ -256,6 +274,80 @@ pub(crate) fn fields(
         .collect())
 }
 
+/// The column descriptions a connection's last result was sent with: the next result with
+/// the same schema, formats and session formatting (a statement executed again: every cached
+/// answer) takes them as they are.
+#[derive(Debug, Default)]
+pub(crate) struct LastFields(std::sync::Mutex<Option<Described>>);
+
+#[derive(Debug)]
+struct Described {
+    schema: SchemaRef,
+    format: Format,
+    options: Arc<FormatOptions>,
+    fields: Arc<Vec<FieldInfo>>,
+}
+
+impl LastFields {
+    /// [`fields`] of `schema`, from the last result's when they are the same.
+    fn fields(
+        &self,
+        schema: &SchemaRef,
+        format: &Format,
+        options: Arc<FormatOptions>,
+    ) -> PgWireResult<Arc<Vec<FieldInfo>>> {
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = last.as_ref()
+            && Arc::ptr_eq(&d.options, &options)
+            && same_format(&d.format, format)
+            && (Arc::ptr_eq(&d.schema, schema) || d.schema == *schema)
+        {
+            return Ok(d.fields.clone());
+        }
+        let made = Arc::new(fields(schema, format, options.clone())?);
+        *last = Some(Described {
+            schema: schema.clone(),
+            format: format.clone(),
+            options,
+            fields: made.clone(),
+        });
+        Ok(made)
+    }
+}
+
+/// The column descriptions a connection last answered a portal's Describe with: a repeated
+/// Parse of a kept plan describes the very same schema.
+#[derive(Debug, Default)]
+pub(crate) struct DescribedFields(LastFields);
+
+impl DescribedFields {
+    /// [`fields`] of a described statement's `schema` in `format` (a description's fields
+    /// carry no session formatting: only names, types and formats are sent).
+    pub(crate) fn fields(
+        &self,
+        schema: &SchemaRef,
+        format: &Format,
+    ) -> PgWireResult<Arc<Vec<FieldInfo>>> {
+        self.0.fields(schema, format, described_options())
+    }
+}
+
+/// The formatting a statement's description is made with.
+pub(crate) fn described_options() -> Arc<FormatOptions> {
+    static OPTIONS: std::sync::LazyLock<Arc<FormatOptions>> =
+        std::sync::LazyLock::new(|| Arc::new(FormatOptions::default()));
+    OPTIONS.clone()
+}
+
+fn same_format(a: &Format, b: &Format) -> bool {
+    match (a, b) {
+        (Format::UnifiedText, Format::UnifiedText)
+        | (Format::UnifiedBinary, Format::UnifiedBinary) => true,
+        (Format::Individual(a), Format::Individual(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// A streaming query response: each Arrow batch becomes data rows as it arrives (the service
 /// already ends the stream with 57014 on a cancel or `statement_timeout`).
 pub(crate) fn query_response(
@@ -263,11 +355,13 @@ pub(crate) fn query_response(
     tag: &str,
     format: &Format,
     options: Arc<FormatOptions>,
+    last: &LastFields,
 ) -> PgWireResult<QueryResponse> {
     let time_zone = options.time_zone.clone();
-    let fields = Arc::new(fields(&stream.schema(), format, options)?);
+    let fields = last.fields(&stream.schema(), format, options)?;
     let wire = wire_schema(&stream.schema());
     let row_fields = fields.clone();
+    let mut last = None;
     let rows = stream
         .map(move |batch| {
             let batch = match (&wire, batch) {
@@ -275,7 +369,8 @@ pub(crate) fn query_response(
                 (_, other) => other,
             }
             .and_then(|b| {
-                pg_text_columns(b, &row_fields, &time_zone).map_err(DataFusionError::from)
+                pg_text_columns(b, &row_fields, &time_zone, &mut last)
+                    .map_err(DataFusionError::from)
             });
             let rows: Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> = match batch {
                 Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
@@ -287,4 +382,109 @@ pub(crate) fn query_response(
     let mut response = QueryResponse::new(fields, rows);
     response.set_command_tag(tag);
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, TimestampMicrosecondArray};
+    use arrow::datatypes::TimeUnit;
+
+    use super::*;
+
+    fn orders() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("order_id", DataType::Int64, false),
+            Field::new(
+                "event_ts",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                true,
+            ),
+        ]))
+    }
+
+    fn batch(schema: &SchemaRef, id: i64) -> RecordBatch {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![id])),
+                // 2024-01-02 03:04:05.5
+                Arc::new(TimestampMicrosecondArray::from(vec![Some(
+                    1_704_164_645_500_000,
+                )])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn printed_columns_keep_their_names_and_later_batches_take_the_first_schema() {
+        let schema = orders();
+        let options = Arc::new(FormatOptions::default());
+        let fields = fields(&schema, &Format::UnifiedText, options).unwrap();
+        let mut last = None;
+        let first = pg_text_columns(batch(&schema, 1), &fields, "UTC", &mut last).unwrap();
+        let second = pg_text_columns(batch(&schema, 2), &fields, "UTC", &mut last).unwrap();
+        assert_eq!(first.schema().field(0).name(), "order_id");
+        assert_eq!(first.schema().field(1).name(), "event_ts");
+        assert_eq!(*first.schema().field(1).data_type(), DataType::Utf8);
+        let printed = second
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(printed.value(0), "2024-01-02 03:04:05.5");
+        assert!(Arc::ptr_eq(&first.schema(), &second.schema()));
+        // A binary timestamp is not printed.
+        let binary =
+            arrow_pg::datatypes::arrow_schema_to_pg_fields(&schema, &Format::UnifiedBinary, None)
+                .unwrap();
+        let mut last = None;
+        let kept = pg_text_columns(batch(&schema, 3), &binary, "UTC", &mut last).unwrap();
+        assert_eq!(kept.schema(), schema);
+    }
+
+    #[test]
+    fn a_connection_reuses_its_last_fields_only_for_the_same_schema_and_formats() {
+        let last = LastFields::default();
+        let schema = orders();
+        let options = Arc::new(FormatOptions::default());
+        let text = last
+            .fields(&schema, &Format::UnifiedText, options.clone())
+            .unwrap();
+        // The same columns again (another Arc, equal): the same descriptions.
+        let again = last
+            .fields(&orders(), &Format::UnifiedText, options.clone())
+            .unwrap();
+        assert!(Arc::ptr_eq(&text, &again));
+        let binary = last
+            .fields(&schema, &Format::UnifiedBinary, options.clone())
+            .unwrap();
+        assert!(binary.iter().all(|f| f.format() == FieldFormat::Binary));
+        let mixed = last
+            .fields(&schema, &Format::Individual(vec![0, 1]), options.clone())
+            .unwrap();
+        assert_eq!(mixed[0].format(), FieldFormat::Text);
+        assert_eq!(mixed[1].format(), FieldFormat::Binary);
+        let renamed = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new(
+                "event_ts",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                true,
+            ),
+        ]));
+        let other = last
+            .fields(&renamed, &Format::Individual(vec![0, 1]), options.clone())
+            .unwrap();
+        assert_eq!(other[0].name(), "id");
+        // Other session formatting (a SET of DateStyle or TimeZone makes new options).
+        let set = last
+            .fields(
+                &renamed,
+                &Format::Individual(vec![0, 1]),
+                Arc::new(FormatOptions::default()),
+            )
+            .unwrap();
+        assert!(!Arc::ptr_eq(&other, &set));
+    }
 }

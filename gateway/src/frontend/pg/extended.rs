@@ -24,7 +24,7 @@ use pgwire::messages::extendedquery::{
 };
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
 
-use super::encode::{fields, format_options};
+use super::encode::{DescribedFields, fields, format_options};
 use super::forward::{self, Mirrored, pg_type};
 use super::handler::{
     PgQueryHandler, Sent, aborted, answered_of, batch_of, cancel_token, ends_transaction, pg_error,
@@ -295,7 +295,7 @@ impl QueryParser for PgParser {
             Some(d) => fields(
                 &d.schema,
                 column_format.unwrap_or(&Format::UnifiedText),
-                Arc::new(pgwire::types::format::FormatOptions::default()),
+                super::encode::described_options(),
             ),
             None => Ok(vec![]),
         }
@@ -522,6 +522,14 @@ impl ExtendedQueryHandler for PgQueryHandler {
                 let Some(portal) = client.portal_store().get_portal(name) else {
                     return Err(PgWireError::PortalNotFound(name.to_owned()));
                 };
+                let stmt = &portal.statement.statement;
+                if let (None, Some(described)) = (&stmt.mirrored, &stmt.described) {
+                    let last = client
+                        .session_extensions()
+                        .get_or_insert_with(DescribedFields::default);
+                    let fields = last.fields(&described.schema, &portal.result_column_format)?;
+                    return super::buffered::rows_described(client, &fields).await;
+                }
                 let response = self.do_describe_portal(client, &portal).await?;
                 super::buffered::describe_response(client, &response).await
             }

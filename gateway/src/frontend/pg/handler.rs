@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::cancel::{Cancels, PgCancel, QueryCancel};
-use super::encode::{format_options, query_response};
+use super::encode::{LastFields, format_options, query_response};
 use super::extended::PgParser;
 use super::idle::{Activity, Busy};
 use super::sqlstate::sqlstate;
@@ -369,7 +369,10 @@ impl PgQueryHandler {
                         batch
                     }),
                 ));
-                let response = query_response(stream, tag, format, format_options(&session))
+                let last = client
+                    .session_extensions()
+                    .get_or_insert_with(LastFields::default);
+                let response = query_response(stream, tag, format, format_options(&session), &last)
                     .map_err(|e| Error::Unsupported {
                         what: e.to_string(),
                     })?;
