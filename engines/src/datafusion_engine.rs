@@ -639,7 +639,7 @@ impl SchemaProvider for LakeSchema {
         };
         let provider = crate::lake_scan::LakeTable::try_new(
             self.lake.clone(),
-            resolved.table,
+            resolved.table.clone(),
             resolved.snapshot_id,
             self.zone.clone(),
         )

@@ -84,4 +84,4 @@ pub mod verified;
 
 pub use engine::{Engine, EngineRef, EngineRequest, Pins, Settings};
 pub use error::{Error, ErrorKind, Result};
-pub use lake::{Lake, LakeConfig, ResolvedTable};
+pub use lake::{Lake, LakeConfig, ResolvedTable, TableVersion};

@@ -168,7 +168,7 @@ impl CatalogInfo for LakeCatalogInfo {
             return Ok(None);
         }
         match self.lake.resolve(schema, table).await {
-            Ok(t) => Ok(Some(t.schema)),
+            Ok(t) => Ok(Some(t.schema.clone())),
             Err(crate::Error::TableNotFound { .. }) => Ok(None),
             Err(e) => Err(ext(e)),
         }

@@ -373,7 +373,7 @@ mod tests {
             .await
             .expect("drain ends once every sender is gone")
             .expect("drain does not panic");
-        let reads = heat.lock().unwrap().view("s.orders").reads;
+        let reads = heat.lock().expect("heat").view("s.orders").reads;
         let sent = (DRAIN_BATCH * 2 + 15) as f64;
         assert!((reads - sent).abs() < 0.5, "{reads} of {sent}");
     }

@@ -127,9 +127,29 @@ pub fn sqlite_path(uri: &str) -> &str {
     rest.split('?').next().unwrap_or(rest)
 }
 
-/// A table resolved to one version: the metadata file that was current when it was resolved.
+/// A table resolved to one version: a shared handle (a statement's pins, a batch's kept
+/// versions and the lake's loaded tables hold the same [`TableVersion`]; a copy is one
+/// reference count, not the identifier, location and table).
 #[derive(Debug, Clone)]
-pub struct ResolvedTable {
+pub struct ResolvedTable(Arc<TableVersion>);
+
+impl From<TableVersion> for ResolvedTable {
+    fn from(version: TableVersion) -> Self {
+        Self(Arc::new(version))
+    }
+}
+
+impl std::ops::Deref for ResolvedTable {
+    type Target = TableVersion;
+
+    fn deref(&self) -> &TableVersion {
+        &self.0
+    }
+}
+
+/// What a [`ResolvedTable`] is: the metadata file that was current when it was resolved.
+#[derive(Debug, Clone)]
+pub struct TableVersion {
     /// The table's identifier in the catalog.
     pub ident: TableIdent,
     /// The version token: the metadata file current at resolution.
@@ -557,13 +577,14 @@ impl Lake {
         let metadata_location = table.metadata_location().unwrap_or_default().to_string();
         let snapshot_id = table.metadata().current_snapshot_id();
         let schema = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
-        Ok(ResolvedTable {
+        Ok(TableVersion {
             ident,
             metadata_location,
             snapshot_id,
             table,
             schema,
-        })
+        }
+        .into())
     }
 }
 

@@ -401,10 +401,11 @@ mod tests {
             std::slice::from_ref(&orders),
         );
         assert!(k.at(&pins(std::slice::from_ref(&orders))));
-        let committed = lakegate_engines::ResolvedTable {
+        let committed: lakegate_engines::ResolvedTable = lakegate_engines::TableVersion {
             metadata_location: "memory://public/orders/metadata/v2.metadata.json".into(),
-            ..orders.clone()
-        };
+            ..(*orders).clone()
+        }
+        .into();
         assert!(!k.at(&pins(&[committed])), "a commit since");
         let customers = table("public", "customers", &["id"]);
         assert!(!k.at(&pins(&[orders, customers])), "another table too");

@@ -584,7 +584,7 @@ impl GatewayService {
     /// # Errors
     /// Unknown table, catalog failures.
     pub async fn table_schema(&self, schema: &str, table: &str) -> Result<SchemaRef> {
-        Ok(self.lake.resolve(schema, table).await?.schema)
+        Ok(self.lake.resolve(schema, table).await?.schema.clone())
     }
 }
 

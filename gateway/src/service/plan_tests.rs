@@ -177,13 +177,14 @@ pub(super) fn table(ns: &str, name: &str, columns: &[&str]) -> ResolvedTable {
         .runtime(iceberg::Runtime::new(runtime()))
         .build()
         .expect("table");
-    ResolvedTable {
+    lakegate_engines::TableVersion {
         ident,
         metadata_location: location,
         snapshot_id: None,
         table,
         schema: Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).expect("arrow")),
     }
+    .into()
 }
 
 pub(super) fn pins(tables: &[ResolvedTable]) -> Pins {

@@ -413,17 +413,18 @@ mod tests {
                 )])),
             ],
         )
-        .unwrap()
+        .expect("batch")
     }
 
     #[test]
     fn printed_columns_keep_their_names_and_later_batches_take_the_first_schema() {
         let schema = orders();
         let options = Arc::new(FormatOptions::default());
-        let fields = fields(&schema, &Format::UnifiedText, options).unwrap();
+        let fields = fields(&schema, &Format::UnifiedText, options).expect("fields");
         let mut last = None;
-        let first = pg_text_columns(batch(&schema, 1), &fields, "UTC", &mut last).unwrap();
-        let second = pg_text_columns(batch(&schema, 2), &fields, "UTC", &mut last).unwrap();
+        let first = pg_text_columns(batch(&schema, 1), &fields, "UTC", &mut last).expect("printed");
+        let second =
+            pg_text_columns(batch(&schema, 2), &fields, "UTC", &mut last).expect("printed");
         assert_eq!(first.schema().field(0).name(), "order_id");
         assert_eq!(first.schema().field(1).name(), "event_ts");
         assert_eq!(*first.schema().field(1).data_type(), DataType::Utf8);
@@ -437,9 +438,9 @@ mod tests {
         // A binary timestamp is not printed.
         let binary =
             arrow_pg::datatypes::arrow_schema_to_pg_fields(&schema, &Format::UnifiedBinary, None)
-                .unwrap();
+                .expect("binary fields");
         let mut last = None;
-        let kept = pg_text_columns(batch(&schema, 3), &binary, "UTC", &mut last).unwrap();
+        let kept = pg_text_columns(batch(&schema, 3), &binary, "UTC", &mut last).expect("printed");
         assert_eq!(kept.schema(), schema);
     }
 
@@ -450,19 +451,19 @@ mod tests {
         let options = Arc::new(FormatOptions::default());
         let text = last
             .fields(&schema, &Format::UnifiedText, options.clone())
-            .unwrap();
+            .expect("fields");
         // The same columns again (another Arc, equal): the same descriptions.
         let again = last
             .fields(&orders(), &Format::UnifiedText, options.clone())
-            .unwrap();
+            .expect("fields");
         assert!(Arc::ptr_eq(&text, &again));
         let binary = last
             .fields(&schema, &Format::UnifiedBinary, options.clone())
-            .unwrap();
+            .expect("fields");
         assert!(binary.iter().all(|f| f.format() == FieldFormat::Binary));
         let mixed = last
             .fields(&schema, &Format::Individual(vec![0, 1]), options.clone())
-            .unwrap();
+            .expect("fields");
         assert_eq!(mixed[0].format(), FieldFormat::Text);
         assert_eq!(mixed[1].format(), FieldFormat::Binary);
         let renamed = Arc::new(Schema::new(vec![
@@ -475,7 +476,7 @@ mod tests {
         ]));
         let other = last
             .fields(&renamed, &Format::Individual(vec![0, 1]), options.clone())
-            .unwrap();
+            .expect("fields");
         assert_eq!(other[0].name(), "id");
         // Other session formatting (a SET of DateStyle or TimeZone makes new options).
         let set = last
@@ -484,7 +485,7 @@ mod tests {
                 &Format::Individual(vec![0, 1]),
                 Arc::new(FormatOptions::default()),
             )
-            .unwrap();
+            .expect("fields");
         assert!(!Arc::ptr_eq(&other, &set));
     }
 }
