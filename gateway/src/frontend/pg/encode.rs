@@ -432,7 +432,7 @@ mod tests {
             .column(1)
             .as_any()
             .downcast_ref::<StringArray>()
-            .unwrap();
+            .expect("text");
         assert_eq!(printed.value(0), "2024-01-02 03:04:05.5");
         assert!(Arc::ptr_eq(&first.schema(), &second.schema()));
         // A binary timestamp is not printed.
