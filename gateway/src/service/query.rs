@@ -184,8 +184,9 @@ impl GatewayService {
         let computed = self
             .cache
             .get_or_compute(key, async {
-                let ran = self
-                    .run(plan, params, query_id)
+                // On the heap, made only on a miss: inline, the engine's future would be copied
+                // into every lookup's, hits included.
+                let ran = Box::pin(self.run(plan, params, query_id))
                     .await
                     .map_err(|e| Uncached::Failed(Arc::new(e)))?;
                 *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some((ran.engine, ran.queued));

@@ -40,20 +40,21 @@ where
             ))
             .await?;
     }
-    if response.is_no_data() {
-        client
-            .feed(PgWireBackendMessage::NoData(NoData::new()))
-            .await?;
-        return Ok(());
-    }
-    rows_described(client, response.fields()).await
+    let message = if response.is_no_data() {
+        PgWireBackendMessage::NoData(NoData::new())
+    } else {
+        row_description(response.fields())
+    };
+    client.feed(message).await?;
+    Ok(())
 }
 
-/// A portal's Describe answered with `fields`: RowDescription, or NoData for none.
+/// A portal's Describe answered with `fields`: RowDescription, or NoData for none (as
+/// pgwire's own portal description).
 ///
 /// # Errors
 /// The client's connection failed.
-pub(super) async fn rows_described<C>(client: &mut C, fields: &[FieldInfo]) -> PgWireResult<()>
+pub(super) async fn portal_described<C>(client: &mut C, fields: &[FieldInfo]) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
     C::Error: Debug,
@@ -62,11 +63,15 @@ where
     let message = if fields.is_empty() {
         PgWireBackendMessage::NoData(NoData::new())
     } else {
-        let fields = fields.iter().map(Into::into).collect();
-        PgWireBackendMessage::RowDescription(RowDescription::new(fields))
+        row_description(fields)
     };
     client.feed(message).await?;
     Ok(())
+}
+
+fn row_description(fields: &[FieldInfo]) -> PgWireBackendMessage {
+    let fields = fields.iter().map(Into::into).collect();
+    PgWireBackendMessage::RowDescription(RowDescription::new(fields))
 }
 
 /// Bind as pgwire does it (the portal made from the named statement and stored), answered with

@@ -528,7 +528,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
                         .session_extensions()
                         .get_or_insert_with(DescribedFields::default);
                     let fields = last.fields(&described.schema, &portal.result_column_format)?;
-                    return super::buffered::rows_described(client, &fields).await;
+                    return super::buffered::portal_described(client, &fields).await;
                 }
                 let response = self.do_describe_portal(client, &portal).await?;
                 super::buffered::describe_response(client, &response).await
