@@ -12,9 +12,9 @@
 //! is an `integer` when it fits in 32 bits and a `bigint` otherwise, and a constant cast to its
 //! own type is the constant. Only these are lifted:
 //!
-//! - an unsigned integer literal (digits only; it fits in 64 bits), compared (`=`, `<>`, `<`,
-//!   `<=`, `>`, `>=`) with a column, in an `IN` list after a column, or a bound of a column's
-//!   `BETWEEN`;
+//! - an integer literal (digits only, or digits directly negated: `-5`; it fits in 64 bits),
+//!   compared (`=`, `<>`, `<`, `<=`, `>`, `>=`) with a column, in an `IN` list after a column,
+//!   or a bound of a column's `BETWEEN`;
 //! - in a `WHERE`, through `AND`, `OR`, `NOT` and parentheses only (not under functions,
 //!   `CASE` or arithmetic, where a literal's type can decide a result's);
 //! - of a `SELECT` that has no parameters of its own and reads no `pg_catalog`,
@@ -57,20 +57,37 @@ pub fn lift(statement: &Statement) -> Option<(Statement, Vec<Lifted>)> {
     (lifted > 0 && lifted <= MAX_LIFTED).then_some((template, lifter.values))
 }
 
-/// The value of `expr` when it is a literal this module lifts.
+/// The value of `expr` when it is a literal this module lifts: an integer literal, or one
+/// negated directly (`-5`: PostgreSQL's grammar folds the sign into the constant, typed by the
+/// negative value, so `-2147483648` is an `integer`).
 fn liftable(expr: &Expr) -> Option<Lifted> {
+    let (negative, expr) = match expr {
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => (true, expr.as_ref()),
+        other => (false, other),
+    };
     let Expr::Value(v) = expr else {
         return None;
     };
     let Value::Number(digits, false) = &v.value else {
         return None;
     };
+    integer(digits, negative)
+}
+
+/// How PostgreSQL types the integer literal of `digits` (negated when `negative`): `None` when
+/// they are not all digits, or past 64 bits (a `numeric`).
+pub fn integer(digits: &str, negative: bool) -> Option<Lifted> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    match digits.parse::<i32>() {
+    let magnitude = digits.parse::<i128>().ok()?;
+    let value = if negative { -magnitude } else { magnitude };
+    match i32::try_from(value) {
         Ok(v) => Some(Lifted::Int4(v)),
-        Err(_) => digits.parse::<i64>().ok().map(Lifted::Int8),
+        Err(_) => i64::try_from(value).ok().map(Lifted::Int8),
     }
 }
 
@@ -242,12 +259,44 @@ mod tests {
         // Not integers: left as written.
         for sql in [
             "SELECT 1 FROM t WHERE a = 1.5",
+            "SELECT 1 FROM t WHERE a = -1.5",
             "SELECT 1 FROM t WHERE a = 1e3",
             "SELECT 1 FROM t WHERE a = 'x'",
-            "SELECT 1 FROM t WHERE a = -1",
+            "SELECT 1 FROM t WHERE a = -(1)",
+            "SELECT 1 FROM t WHERE a = - -1",
+            "SELECT 1 FROM t WHERE a = -1 + 2",
         ] {
             assert!(lifted(sql).is_none(), "{sql}");
         }
+    }
+
+    #[test]
+    fn negative_literals_are_typed_by_their_value() {
+        let (sql, values) = lifted(
+            "SELECT 1 FROM t WHERE a = -1 AND b > -2147483648 AND c < -2147483649 \
+             AND d IN (-3, 4) AND e BETWEEN -9223372036854775808 AND -5",
+        )
+        .expect("lifted");
+        assert_eq!(
+            sql,
+            "SELECT 1 FROM t WHERE a = CAST($1 AS INT) AND b > CAST($2 AS INT) \
+             AND c < CAST($3 AS BIGINT) AND d IN (CAST($4 AS INT), CAST($5 AS INT)) \
+             AND e BETWEEN CAST($6 AS BIGINT) AND CAST($7 AS INT)"
+        );
+        assert_eq!(
+            values,
+            vec![
+                Lifted::Int4(-1),
+                Lifted::Int4(i32::MIN),
+                Lifted::Int8(-2_147_483_649),
+                Lifted::Int4(-3),
+                Lifted::Int4(4),
+                Lifted::Int8(i64::MIN),
+                Lifted::Int4(-5),
+            ]
+        );
+        // Past 64 bits: a numeric, left as written.
+        assert!(lifted("SELECT 1 FROM t WHERE a = -9223372036854775809").is_none());
     }
 
     #[test]

@@ -306,6 +306,39 @@ def test_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake
                             prepare=True).fetchone() == (1,)
 
 
+def test_negative_lookups_sent_as_text_share_one_plan_and_answer_each_value(gateway, lake_dir):
+    """A negative integer in a filter is lifted too (PostgreSQL folds the sign into the constant
+    and types it by the negative value): lookups of negative values share one plan and skip
+    parsing, and each answers for its own value, at the integer and bigint bounds too."""
+    cat = wh.catalog(str(lake_dir))
+    table = cat.create_table("public.signed_ticks", schema=wh.Schema(
+        wh.NestedField(1, "tick", wh.LongType(), required=True)))
+    table.append(ticks(-30, 61))
+    q = "SELECT tick FROM signed_ticks WHERE tick = %s"
+    with psycopg.connect(gateway.dsn, autocommit=True,
+                         cursor_factory=psycopg.ClientCursor) as conn:
+        assert conn.execute(q, (-1,)).fetchall() == [(-1,)]
+        assert conn.execute(q, (-2,)).fetchall() == [(-2,)]
+        reused = plans(gateway, "plans_reused")
+        unparsed = plans(gateway, "shape_hits")
+        for i in range(-3, -23, -1):
+            assert conn.execute(q, (i,)).fetchall() == [(i,)]
+        assert plans(gateway, "plans_reused") - reused >= 20
+        assert plans(gateway, "shape_hits") - unparsed >= 20
+        # The same text written by hand, with and without a space after the sign.
+        for sql, want in (("SELECT tick FROM signed_ticks WHERE tick = -7", [(-7,)]),
+                          ("SELECT tick FROM signed_ticks WHERE tick = - 8", [(-8,)]),
+                          ("SELECT tick FROM signed_ticks WHERE tick = -0", [(0,)]),
+                          ("SELECT tick FROM signed_ticks WHERE tick = 7", [(7,)])):
+            assert conn.execute(sql).fetchall() == want, sql
+        count = "SELECT count(*) FROM signed_ticks WHERE "
+        for where, want in (("tick < -20", 10), ("tick BETWEEN -5 AND 5", 11),
+                            ("tick IN (-3, 3, -99)", 2), ("tick = -2147483648", 0),
+                            ("tick > -2147483649", 61), ("tick >= -9223372036854775808", 61),
+                            ("tick > 10-40", 60), ("NOT (tick >= -10) AND -29 < tick", 18)):
+            assert conn.execute(count + where).fetchone() == (want,), where
+
+
 def decoded(conn) -> tuple[int, int]:
     stats = dict(conn.execute("SELECT name, value FROM lakegate.cache_stats").fetchall())
     return stats["decoded_file_hits"], stats["decoded_file_misses"]

@@ -99,12 +99,17 @@ fn mask(sql: &str) -> Option<Masked> {
     Some(Masked { key, tokens })
 }
 
-/// How PostgreSQL types an integer literal of these digits (`None`: a `numeric`).
-fn class(digits: &str) -> Option<Lifted> {
-    match digits.parse::<i32>() {
-        Ok(v) => Some(Lifted::Int4(v)),
-        Err(_) => digits.parse::<i64>().ok().map(Lifted::Int8),
-    }
+/// Whether the token at `token` of `sql` is directly negated (a `-` right before it, kept in
+/// the masked text: every text of the shape has it there).
+fn negated(sql: &str, token: &Range<usize>) -> bool {
+    token.start > 0 && sql.as_bytes().get(token.start - 1) == Some(&b'-')
+}
+
+/// The value of the number token at `token` of `sql`, negated by a `-` right before it, as
+/// PostgreSQL types it (`None`: a `numeric`). Whether the lifter takes the sign as the
+/// literal's is proven by the shape's probe, not assumed (`10-5` is a subtraction).
+fn class(sql: &str, token: &Range<usize>) -> Option<Lifted> {
+    lakegate_sql::lift::integer(sql.get(token.clone())?, negated(sql, token))
 }
 
 /// Whether two lifted values are of one type.
@@ -137,7 +142,7 @@ impl Shape {
         self.params
             .iter()
             .map(|&(t, learned)| {
-                let v = class(sql.get(tokens.get(t)?.clone())?)?;
+                let v = class(sql, tokens.get(t)?)?;
                 same_class(v, learned).then_some(v)
             })
             .collect()
@@ -153,19 +158,21 @@ enum Known {
     Refused,
 }
 
-/// A probe value for token `n`, of `like`'s type: distinct per token, unlike any the text
-/// is likely to hold.
-fn probe_value(n: usize, like: Lifted) -> Lifted {
+/// A probe value for token `n`, of `like`'s type, negative when the token is negated: distinct
+/// per token, unlike any the text is likely to hold.
+fn probe_value(n: usize, like: Lifted, negative: bool) -> Lifted {
+    let sign = if negative { -1 } else { 1 };
     match like {
-        Lifted::Int4(_) => Lifted::Int4(1_000_000_007 + n as i32),
-        Lifted::Int8(_) => Lifted::Int8(7_000_000_007 + n as i64),
+        Lifted::Int4(_) => Lifted::Int4(sign * (1_000_000_007 + n as i32)),
+        Lifted::Int8(_) => Lifted::Int8(i64::from(sign) * (7_000_000_007 + n as i64)),
     }
 }
 
+/// The digits written for `v` (its sign is the text's own `-`).
 fn digits(v: Lifted) -> String {
     match v {
-        Lifted::Int4(v) => v.to_string(),
-        Lifted::Int8(v) => v.to_string(),
+        Lifted::Int4(v) => v.unsigned_abs().to_string(),
+        Lifted::Int8(v) => v.unsigned_abs().to_string(),
     }
 }
 
@@ -302,11 +309,11 @@ fn probe(
     values: &[Lifted],
     parse: ParseLifted<'_>,
 ) -> Option<Shape> {
-    let written: Vec<Option<Lifted>> = tokens.iter().map(|t| class(&sql[t.clone()])).collect();
+    let written: Vec<Option<Lifted>> = tokens.iter().map(|t| class(sql, t)).collect();
     let everywhere: Vec<(usize, Lifted)> = written
         .iter()
         .enumerate()
-        .filter_map(|(n, v)| Some((n, probe_value(n, (*v)?))))
+        .filter_map(|(n, v)| Some((n, probe_value(n, (*v)?, negated(sql, &tokens[n])))))
         .collect();
     // Which token each parameter comes from.
     let (_, found) = parse(&rewritten(sql, tokens, &everywhere))?;
@@ -325,7 +332,7 @@ fn probe(
     // Only the lifted tokens changed: the same template, the probe values in the same order.
     let lifted: Vec<(usize, Lifted)> = params
         .iter()
-        .map(|&(n, v)| (n, probe_value(n, v)))
+        .map(|&(n, v)| (n, probe_value(n, v, negated(sql, &tokens[n]))))
         .collect();
     let (again, probed) = parse(&rewritten(sql, tokens, &lifted))?;
     let expected: Vec<Lifted> = lifted.iter().map(|&(_, v)| v).collect();

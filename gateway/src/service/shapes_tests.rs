@@ -170,3 +170,44 @@ fn a_text_varying_what_is_not_lifted_stops_being_learned() {
     assert_eq!(stats[2], ("shapes_learned", MAX_VARIANTS as u64));
     assert_eq!(stats[3], ("shapes_refused", 1));
 }
+
+#[test]
+fn negated_literals_are_read_with_their_sign_and_subtractions_stay_as_written() {
+    let parser = Parser::new(64);
+    learn(
+        &parser,
+        "SELECT * FROM t WHERE a = -5 AND b IN (-1, 2) AND c > 10-3 AND d BETWEEN -2147483648 AND 7",
+    );
+    let texts = [
+        "SELECT * FROM t WHERE a = -6 AND b IN (-10, 20) AND c > 10-3 AND d BETWEEN -2147483648 AND 8",
+        "SELECT * FROM t WHERE a = -0 AND b IN (-1, 0) AND c > 10-3 AND d BETWEEN -2 AND 7",
+    ];
+    for sql in texts {
+        let (template, values) = parser.lifted(sql).unwrap_or_else(|| panic!("{sql}"));
+        let (expected, expected_values) = parsed_and_lifted(&parser, sql).expect("lifts");
+        assert_eq!(*template, expected, "{sql}");
+        assert_eq!(values, expected_values, "{sql}");
+    }
+    let (_, values) = parser.lifted(texts[0]).expect("learned");
+    assert_eq!(
+        values,
+        [-6, -10, 20, i32::MIN, 8].map(Lifted::Int4),
+        "the sign is the value's"
+    );
+    for other in [
+        // The subtraction is not lifted: its digits must be as learned.
+        "SELECT * FROM t WHERE a = -5 AND b IN (-1, 2) AND c > 10-4 AND d BETWEEN -2147483648 AND 7",
+        // A bigint where an integer was learned.
+        "SELECT * FROM t WHERE a = -2147483649 AND b IN (-1, 2) AND c > 10-3 AND d BETWEEN -2 AND 7",
+    ] {
+        assert!(parser.lifted(other).is_none(), "{other}");
+    }
+    // Without the sign the text is of another shape (not learned).
+    assert!(
+        parser
+            .lifted(
+                "SELECT * FROM t WHERE a = 5 AND b IN (-1, 2) AND c > 10-3 AND d BETWEEN -2 AND 7"
+            )
+            .is_none()
+    );
+}
