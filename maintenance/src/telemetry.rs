@@ -353,7 +353,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn every_event_sent_is_recorded_in_batches_and_drain_ends_with_its_senders() {
+    async fn every_event_sent_is_recorded_across_full_and_partial_batches_and_drain_ends_with_its_senders()
+     {
         let (t, rx) = Telemetry::channel(10_000);
         let heat = Arc::new(std::sync::Mutex::new(Heat::new(
             std::time::Duration::from_secs(3600),

@@ -24,11 +24,11 @@ use pgwire::messages::extendedquery::{
 };
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
 
-use super::encode::{DescribedFields, fields, format_options};
+use super::encode::{fields, format_options};
 use super::forward::{self, Mirrored, pg_type};
 use super::handler::{
-    PgQueryHandler, Sent, aborted, answered_of, batch_of, cancel_token, ends_transaction, pg_error,
-    prepared_names, session_of, to_pg_error,
+    PgQueryHandler, Sent, aborted, answered_of, batch_of, cancel_token, described_fields_of,
+    ends_transaction, pg_error, prepared_names, session_of, to_pg_error,
 };
 use crate::error::Error;
 use crate::mirror::wire::Bound;
@@ -524,10 +524,8 @@ impl ExtendedQueryHandler for PgQueryHandler {
                 };
                 let stmt = &portal.statement.statement;
                 if let (None, Some(described)) = (&stmt.mirrored, &stmt.described) {
-                    let last = client
-                        .session_extensions()
-                        .get_or_insert_with(DescribedFields::default);
-                    let fields = last.fields(&described.schema, &portal.result_column_format)?;
+                    let fields = described_fields_of(client)
+                        .fields(&described.schema, &portal.result_column_format)?;
                     return super::buffered::portal_described(client, &fields).await;
                 }
                 let response = self.do_describe_portal(client, &portal).await?;

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::cancel::{Cancels, PgCancel, QueryCancel};
-use super::encode::{LastFields, format_options, query_response};
+use super::encode::{DescribedFields, LastFields, format_options, query_response};
 use super::extended::PgParser;
 use super::idle::{Activity, Busy};
 use super::sqlstate::sqlstate;
@@ -217,6 +217,21 @@ pub(super) fn batch_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<BatchVersions>
         .get_or_insert_with(BatchVersions::default)
 }
 
+/// The row descriptions this connection's last result was sent with ([`LastFields`]).
+pub(super) fn last_fields_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<LastFields> {
+    client
+        .session_extensions()
+        .get_or_insert_with(LastFields::default)
+}
+
+/// The row descriptions this connection last answered a portal's Describe with
+/// ([`DescribedFields`]).
+pub(super) fn described_fields_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<DescribedFields> {
+    client
+        .session_extensions()
+        .get_or_insert_with(DescribedFields::default)
+}
+
 /// The statements this connection last found the gateway answers entirely
 /// ([`Answered`]).
 pub(super) fn answered_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<Answered> {
@@ -369,9 +384,7 @@ impl PgQueryHandler {
                         batch
                     }),
                 ));
-                let last = client
-                    .session_extensions()
-                    .get_or_insert_with(LastFields::default);
+                let last = last_fields_of(client);
                 let response = query_response(stream, tag, format, format_options(&session), &last)
                     .map_err(|e| Error::Unsupported {
                         what: e.to_string(),
