@@ -1,6 +1,7 @@
 //! The router: picks a statement's routing group by the rules, then orders the group's
 //! candidate engines by the latency observed for the statement's shape and size (exploring a
-//! little), skipping engines whose circuit breaker is open. The query service tries them in that
+//! little, and retrying a candidate whose observations have gone stale), skipping engines
+//! whose circuit breaker is open. The query service tries them in that
 //! order (failover) inside the group's admission slots.
 //!
 //! - [`rules`] — groups and rules from `routing-rules/*.toml`, validated, reloaded on change.
@@ -23,12 +24,18 @@ use crate::error::{Error, Result};
 use crate::profile::{QueryProfile, Shape};
 use admission::Admission;
 use rules::{Asker, GroupSpec, RoutingTable};
-use stats::{BreakerState, Stats, size_bucket};
+use stats::{BreakerState, Expected, Stats, size_bucket};
 
 /// A candidate with fewer observations than this may be explored whatever its estimate.
 const MIN_SAMPLES: u64 = 3;
 /// Otherwise only candidates expected within this factor of the best are explored.
 const EXPLORE_WITHIN: f64 = 4.0;
+/// Candidates expected within this factor of the fastest, or within [`TIE_MS`] of it, are as
+/// fast as it: the group's order of preference decides between them. Differences that small
+/// are noise, and moving between engines on noise costs each its warm caches.
+const TIE_WITHIN: f64 = 1.2;
+/// See [`TIE_WITHIN`] (sub-millisecond lookups differ by this much from run to run).
+const TIE_MS: f64 = 0.2;
 
 /// One candidate engine for a statement, with what the router expects of it.
 #[derive(Debug, Clone)]
@@ -41,6 +48,17 @@ pub struct Candidate {
     pub samples: u64,
     /// Its breaker.
     pub breaker: BreakerState,
+}
+
+/// Why the first candidate is first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// The lowest expected latency (or the breaker's probe).
+    Best,
+    /// Picked at random to explore (the group's `explore` share).
+    Explored,
+    /// Its observations had gone stale: retried once to refresh them.
+    Retried,
 }
 
 /// Why a statement runs in its group.
@@ -77,8 +95,8 @@ pub struct Decision {
     pub group: GroupSpec,
     /// Candidates in the order they will be tried; the first is the choice.
     pub candidates: Vec<Candidate>,
-    /// The first candidate was picked to explore, not for its expected latency.
-    pub explored: bool,
+    /// Why the first candidate is first.
+    pub pick: Pick,
 }
 
 /// The router, shared by every session.
@@ -185,12 +203,20 @@ impl Router {
     }
 
     /// The group's candidates for `shape` at `bytes`, in the order to try them.
-    pub fn order(&self, group: &GroupSpec, shape: Shape, bytes: u64) -> (Vec<Candidate>, bool) {
+    pub fn order(&self, group: &GroupSpec, shape: Shape, bytes: u64) -> (Vec<Candidate>, Pick) {
+        let mut stale = Vec::new();
         let mut candidates: Vec<Candidate> = group
             .engines
             .iter()
             .map(|e| {
-                let (expected_ms, samples) = self.stats.expected_ms(e, shape, bytes);
+                let Expected {
+                    ms: expected_ms,
+                    samples,
+                    stale: faded,
+                } = self.stats.expected(e, shape, bytes);
+                if faded {
+                    stale.push(e.as_str());
+                }
                 let breaker = self.stats.breaker(e).state();
                 Candidate {
                     engine: e.clone(),
@@ -214,9 +240,14 @@ impl Router {
                 .then(is(a, BreakerState::Open).cmp(&is(b, BreakerState::Open)))
                 .then(a.expected_ms.total_cmp(&b.expected_ms))
         });
+        let probing = candidates
+            .first()
+            .is_some_and(|c| c.breaker == BreakerState::Probe);
+        if !probing {
+            prefer_in_group_order(&mut candidates, &group.engines);
+        }
         // Explore only what could plausibly win or is barely known: sending a 5 ms lookup to
         // a 200 ms engine "to learn" costs more than it teaches.
-        let mut explored = false;
         let best = candidates.first().map_or(0.0, |c| c.expected_ms);
         let eligible: Vec<usize> = candidates
             .iter()
@@ -228,17 +259,29 @@ impl Router {
             })
             .map(|(i, _)| i)
             .collect();
-        let probing = candidates
-            .first()
-            .is_some_and(|c| c.breaker == BreakerState::Probe);
-        if !probing && !eligible.is_empty() && group.explore > 0.0 && self.random() < group.explore
-        {
+        if probing {
+            return (candidates, Pick::Best);
+        }
+        // A plausible candidate not observed for a while is retried by one statement, whatever
+        // `explore` says: its estimate is old news (it may have been slow once, or recovered).
+        let retry = eligible.iter().copied().find(|&i| {
+            let c = &candidates[i];
+            c.breaker == BreakerState::Closed
+                && stale.contains(&c.engine.as_str())
+                && self.stats.claim_revisit(&c.engine, shape, bytes)
+        });
+        if let Some(i) = retry {
+            let chosen = candidates.remove(i);
+            candidates.insert(0, chosen);
+            return (candidates, Pick::Retried);
+        }
+        if !eligible.is_empty() && group.explore > 0.0 && self.random() < group.explore {
             let pick = eligible[(self.random() * eligible.len() as f64) as usize % eligible.len()];
             let chosen = candidates.remove(pick);
             candidates.insert(0, chosen);
-            explored = true;
+            return (candidates, Pick::Explored);
         }
-        (candidates, explored)
+        (candidates, Pick::Best)
     }
 
     /// The admission (slots and queue) of `group`, created on first use and replaced when a
@@ -341,6 +384,32 @@ impl Router {
     }
 }
 
+/// Moves to the front the candidate the group prefers among those as fast as the fastest
+/// (see [`TIE_WITHIN`]); `candidates` are sorted by expected latency, open breakers last.
+fn prefer_in_group_order(candidates: &mut Vec<Candidate>, preference: &[String]) {
+    let Some(fastest) = candidates
+        .first()
+        .filter(|c| c.breaker != BreakerState::Open)
+        .map(|c| c.expected_ms)
+    else {
+        return;
+    };
+    let rank = |c: &Candidate| preference.iter().position(|e| *e == c.engine);
+    let preferred = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.breaker != BreakerState::Open
+                && (c.expected_ms <= fastest * TIE_WITHIN || c.expected_ms <= fastest + TIE_MS)
+        })
+        .min_by_key(|(_, c)| rank(c))
+        .map(|(i, _)| i);
+    if let Some(i) = preferred.filter(|&i| i > 0) {
+        let chosen = candidates.remove(i);
+        candidates.insert(0, chosen);
+    }
+}
+
 /// Names, sizes and modification times of the rules files.
 fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
@@ -356,4 +425,97 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)>
         .unwrap_or_default();
     v.sort();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_candidate_slow_once_long_ago_is_retried_by_one_statement_then_ranked_anew() {
+        let router =
+            Router::new(None, &["datafusion", "accelerated"], "datafusion").expect("router");
+        let group = router.table().groups["default"].clone();
+        assert_eq!(group.explore, 0.0, "no random exploration in this group");
+        // The accelerated engine had a bad streak; datafusion keeps answering.
+        for _ in 0..5 {
+            router.record("accelerated", Shape::PointLookup, 0, Some(3.0));
+        }
+        router.stats.age(
+            "accelerated",
+            Shape::PointLookup,
+            0,
+            stats::REVISIT_AFTER * 2,
+        );
+        for _ in 0..5 {
+            router.record("datafusion", Shape::PointLookup, 0, Some(0.5));
+        }
+        let (order, pick) = router.order(&group, Shape::PointLookup, 0);
+        assert_eq!(
+            (order[0].engine.as_str(), pick),
+            ("accelerated", Pick::Retried)
+        );
+        let (order, pick) = router.order(&group, Shape::PointLookup, 0);
+        assert_eq!(
+            (order[0].engine.as_str(), pick),
+            ("datafusion", Pick::Best),
+            "one retry"
+        );
+        // The retry found it fast: it wins on its merits from now on.
+        for _ in 0..5 {
+            router.record("accelerated", Shape::PointLookup, 0, Some(0.1));
+        }
+        let (order, pick) = router.order(&group, Shape::PointLookup, 0);
+        assert_eq!(
+            (order[0].engine.as_str(), pick),
+            ("accelerated", Pick::Best)
+        );
+    }
+
+    #[test]
+    fn engines_about_as_fast_are_taken_in_the_groups_order_a_clearly_faster_one_first() {
+        let router = Router::new(None, &["datafusion", "duckdb", "accelerated"], "datafusion")
+            .expect("router");
+        let group = router.table().groups["default"].clone();
+        assert_eq!(group.engines, ["accelerated", "datafusion", "duckdb"]);
+        let first = |router: &Router| {
+            router.order(&group, Shape::PointLookup, 0).0[0]
+                .engine
+                .clone()
+        };
+        for _ in 0..9 {
+            router.record("datafusion", Shape::PointLookup, 0, Some(1.0));
+            router.record("accelerated", Shape::PointLookup, 0, Some(1.05));
+            router.record("duckdb", Shape::PointLookup, 0, Some(0.9));
+        }
+        // Within 20% of the fastest: the group's first choice, not the one 0.15 ms faster.
+        assert_eq!(first(&router), "accelerated");
+        for _ in 0..9 {
+            router.record("accelerated", Shape::PointLookup, 0, Some(3.0));
+        }
+        // The memory copy slowed down for real: the fastest of the rest, by the group's order
+        // among those as fast.
+        assert_eq!(first(&router), "datafusion");
+        for _ in 0..9 {
+            router.record("duckdb", Shape::PointLookup, 0, Some(0.3));
+        }
+        assert_eq!(
+            first(&router),
+            "duckdb",
+            "clearly faster wins whatever the order"
+        );
+    }
+
+    #[test]
+    fn an_engine_never_observed_for_a_shape_is_not_retried() {
+        let router = Router::new(None, &["datafusion", "duckdb"], "datafusion").expect("router");
+        let group = router.table().groups["default"].clone();
+        for _ in 0..5 {
+            router.record("datafusion", Shape::Scan, 0, Some(0.5));
+        }
+        for _ in 0..3 {
+            let (order, pick) = router.order(&group, Shape::Scan, 0);
+            assert_eq!((order[0].engine.as_str(), pick), ("datafusion", Pick::Best));
+        }
+    }
 }

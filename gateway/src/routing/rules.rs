@@ -168,12 +168,21 @@ fn spec_engines(groups: &[GroupSpec], name: &str) -> Vec<String> {
 
 impl RoutingTable {
     /// One group, `default`, with every configured engine: what runs without a rules folder.
+    /// Its order of preference (what decides between engines about as fast): the in-memory
+    /// copy when configured (it declines what it does not hold, at no cost), then the default
+    /// engine, then the others.
     pub fn single_group(engines: &[&str], default_engine: &str) -> Self {
-        let mut ordered: Vec<String> = vec![default_engine.to_string()];
+        let memory = lakegate_engines::datafusion_engine::ACCELERATED;
+        let mut ordered: Vec<String> = engines
+            .iter()
+            .filter(|e| **e == memory && default_engine != memory)
+            .map(|e| e.to_string())
+            .collect();
+        ordered.push(default_engine.to_string());
         ordered.extend(
             engines
                 .iter()
-                .filter(|e| **e != default_engine)
+                .filter(|e| **e != default_engine && **e != memory)
                 .map(|e| e.to_string()),
         );
         let group = GroupSpec {

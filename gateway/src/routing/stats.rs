@@ -1,6 +1,12 @@
 //! What the router has observed: per (engine, shape, scan-size bucket) the latency
 //! distribution and success rate, and per engine a circuit breaker that takes a failing engine
 //! out and lets one probe through after a cool-down.
+//!
+//! The expected latency is the median of the last few successes, not their average: one slow
+//! query (a page fault, a first touch, a neighbour's burst) does not turn the router away from
+//! an engine that is fast nine times in ten. Observations fade toward the cold-start guess
+//! when they grow old, and a candidate whose observations have faded is retried once
+//! ([`Stats::claim_revisit`]), so an engine that was slow once is not passed over for good.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -55,6 +61,9 @@ pub fn prior_ms(engine: &str, bytes: u64) -> f64 {
 
 /// Samples kept per key for percentiles.
 const WINDOW: usize = 64;
+/// The last successes whose median is the expected latency: an engine that became slower
+/// moves it after five, a lone outlier never does.
+const ESTIMATE_SAMPLES: usize = 9;
 /// Weight of a new sample in the moving average.
 const ALPHA: f64 = 0.3;
 /// Observations lose half their weight (against the prior) after this long unrefreshed, so
@@ -64,6 +73,9 @@ const HALF_LIFE: Duration = Duration::from_secs(20);
 const CONFIDENT: f64 = 5.0;
 /// Latency charged for a failure, in the expected-latency estimate.
 const FAILURE_PENALTY_MS: f64 = 1_000.0;
+/// A candidate neither observed nor retried for this long is stale: the next statement that
+/// would have passed it over retries it once.
+pub const REVISIT_AFTER: Duration = HALF_LIFE;
 
 /// Observations for one (engine, shape, bucket).
 #[derive(Debug, Clone, Default)]
@@ -76,6 +88,8 @@ pub struct Observed {
     pub count: u64,
     recent: VecDeque<f64>,
     last: Option<Instant>,
+    /// When a statement was last sent to retry it (its sample may still be running).
+    revisited: Option<Instant>,
 }
 
 impl Observed {
@@ -102,6 +116,25 @@ impl Observed {
             }
             self.recent.push_back(ms);
         }
+    }
+
+    /// The median of the last [`ESTIMATE_SAMPLES`] successful latencies.
+    pub fn typical_ms(&self) -> Option<f64> {
+        let mut v: Vec<f64> = self
+            .recent
+            .iter()
+            .rev()
+            .take(ESTIMATE_SAMPLES)
+            .copied()
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    }
+
+    /// Whether nothing has been observed or retried for [`REVISIT_AFTER`].
+    fn stale(&self) -> bool {
+        let fresh = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < REVISIT_AFTER);
+        self.count > 0 && !fresh(self.last) && !fresh(self.revisited)
     }
 
     /// The `q` quantile (0..1) of recent successful latencies.
@@ -191,6 +224,17 @@ const COOLDOWN: Duration = Duration::from_secs(5);
 /// Longest cool-down after repeated failed probes.
 const MAX_COOLDOWN: Duration = Duration::from_secs(30);
 
+/// What the router expects of an engine for a statement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Expected {
+    /// Expected latency (ms): observed, or the cold-start guess.
+    pub ms: f64,
+    /// Observations behind it.
+    pub samples: u64,
+    /// Observed once, but not for [`REVISIT_AFTER`]: worth retrying.
+    pub stale: bool,
+}
+
 /// Everything observed, shared by all sessions.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -267,30 +311,52 @@ impl Stats {
     }
 
     /// The expected latency (ms) of `shape` on `engine` for a scan of `bytes`: the prior,
-    /// blended into the observed average as samples arrive, plus a penalty for failures.
-    pub fn expected_ms(&self, engine: &str, shape: Shape, bytes: u64) -> (f64, u64) {
+    /// blended into the median of recent successes as samples arrive, plus a penalty for
+    /// failures.
+    pub fn expected(&self, engine: &str, shape: Shape, bytes: u64) -> Expected {
         let prior = prior_ms(engine, bytes);
-        let observed = self
-            .observed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(engine.to_string(), shape, size_bucket(bytes)))
-            .cloned();
-        match observed {
-            None => (prior, 0),
-            Some(o) => {
-                let age = o.last.map_or(0.0, |t| t.elapsed().as_secs_f64());
-                let w = (o.count as f64 / CONFIDENT).min(1.0)
-                    * 0.5f64.powf(age / HALF_LIFE.as_secs_f64());
-                let latency = if o.ewma_ms > 0.0 {
-                    w * o.ewma_ms + (1.0 - w) * prior
-                } else {
-                    prior
-                };
-                // Old failures fade like old latencies.
-                let penalty = (1.0 - o.success) * FAILURE_PENALTY_MS * w.max(0.05);
-                (latency + penalty, o.count)
+        let observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(o) = observed.get(&(engine.to_string(), shape, size_bucket(bytes))) else {
+            return Expected {
+                ms: prior,
+                samples: 0,
+                stale: false,
+            };
+        };
+        let age = o.last.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let w = (o.count as f64 / CONFIDENT).min(1.0) * 0.5f64.powf(age / HALF_LIFE.as_secs_f64());
+        let latency = match o.typical_ms() {
+            Some(ms) if ms > 0.0 => w * ms + (1.0 - w) * prior,
+            _ => prior,
+        };
+        // Old failures fade like old latencies.
+        let penalty = (1.0 - o.success) * FAILURE_PENALTY_MS * w.max(0.05);
+        Expected {
+            ms: latency + penalty,
+            samples: o.count,
+            stale: o.stale(),
+        }
+    }
+
+    /// Claims the retry of a stale candidate (see [`Expected::stale`]): true for the one
+    /// statement that retries it; others see it fresh for [`REVISIT_AFTER`].
+    pub fn claim_revisit(&self, engine: &str, shape: Shape, bytes: u64) -> bool {
+        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        match observed.get_mut(&(engine.to_string(), shape, size_bucket(bytes))) {
+            Some(o) if o.stale() => {
+                o.revisited = Some(Instant::now());
+                true
             }
+            _ => false,
+        }
+    }
+
+    /// Makes the observations of (`engine`, `shape`, `bucket`) look `by` older.
+    #[cfg(test)]
+    pub(crate) fn age(&self, engine: &str, shape: Shape, bucket: u8, by: Duration) {
+        let key = (engine.to_string(), shape, bucket);
+        if let Some(o) = self.observed.lock().expect("lock").get_mut(&key) {
+            o.last = o.last.and_then(|t| t.checked_sub(by));
         }
     }
 
@@ -315,15 +381,15 @@ mod tests {
     #[test]
     fn observations_replace_the_prior() {
         let s = Stats::default();
-        let (cold, n) = s.expected_ms("trino", Shape::PointLookup, 1000);
-        assert_eq!(n, 0);
-        assert!(cold > 200.0);
+        let cold = s.expected("trino", Shape::PointLookup, 1000);
+        assert_eq!(cold.samples, 0);
+        assert!(cold.ms > 200.0);
         for _ in 0..10 {
             s.record("trino", Shape::PointLookup, 0, Some(20.0));
         }
-        let (warm, n) = s.expected_ms("trino", Shape::PointLookup, 1000);
-        assert_eq!(n, 10);
-        assert!((warm - 20.0).abs() < 1.0, "{warm}");
+        let warm = s.expected("trino", Shape::PointLookup, 1000);
+        assert_eq!(warm.samples, 10);
+        assert!((warm.ms - 20.0).abs() < 1.0, "{warm:?}");
     }
 
     #[test]
@@ -360,8 +426,50 @@ mod tests {
                 if i % 2 == 0 { None } else { Some(5.0) },
             );
         }
+        assert!(s.expected("trino", Shape::Scan, 0).ms > s.expected("duckdb", Shape::Scan, 0).ms);
+    }
+
+    #[test]
+    fn a_lone_slow_query_does_not_move_the_estimate_a_slowdown_does() {
+        let s = Stats::default();
+        for _ in 0..12 {
+            s.record("accelerated", Shape::PointLookup, 0, Some(0.2));
+        }
+        // A 40 ms hiccup among fast answers: an average would read ~12 ms for a while.
+        s.record("accelerated", Shape::PointLookup, 0, Some(40.0));
+        s.record("accelerated", Shape::PointLookup, 0, Some(0.2));
+        let after_hiccup = s.expected("accelerated", Shape::PointLookup, 0).ms;
+        assert!((after_hiccup - 0.2).abs() < 0.01, "{after_hiccup}");
+        // Five slow answers in a row are a slowdown: the estimate follows.
+        for _ in 0..5 {
+            s.record("accelerated", Shape::PointLookup, 0, Some(9.0));
+        }
+        let slowed = s.expected("accelerated", Shape::PointLookup, 0).ms;
+        assert!((slowed - 9.0).abs() < 0.01, "{slowed}");
+    }
+
+    #[test]
+    fn a_stale_observation_is_retried_by_one_statement() {
+        let s = Stats::default();
         assert!(
-            s.expected_ms("trino", Shape::Scan, 0).0 > s.expected_ms("duckdb", Shape::Scan, 0).0
+            !s.expected("duckdb", Shape::Scan, 0).stale,
+            "never observed: not stale"
         );
+        assert!(!s.claim_revisit("duckdb", Shape::Scan, 0));
+        s.record("duckdb", Shape::Scan, 0, Some(3.0));
+        assert!(!s.expected("duckdb", Shape::Scan, 0).stale, "just observed");
+        s.age(
+            "duckdb",
+            Shape::Scan,
+            0,
+            REVISIT_AFTER + Duration::from_secs(1),
+        );
+        assert!(s.expected("duckdb", Shape::Scan, 0).stale);
+        assert!(
+            s.claim_revisit("duckdb", Shape::Scan, 0),
+            "the first statement retries it"
+        );
+        assert!(!s.claim_revisit("duckdb", Shape::Scan, 0), "only one");
+        assert!(!s.expected("duckdb", Shape::Scan, 0).stale);
     }
 }

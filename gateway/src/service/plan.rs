@@ -472,13 +472,13 @@ pub fn decide(
     }
     let mut profile = chosen.profile.clone();
     profile.scan_bytes = Some(estimate.bytes);
-    let (candidates, explored) = router.order(group, profile.shape, estimate.bytes);
+    let (candidates, pick) = router.order(group, profile.shape, estimate.bytes);
     let decision = Decision {
         rule: chosen.rule.clone(),
         reason: chosen.choice,
         group: group.clone(),
         candidates,
-        explored,
+        pick,
     };
     let planner_only =
         resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty();

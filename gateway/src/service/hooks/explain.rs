@@ -13,6 +13,7 @@ use lakegate_engines::engine::Described;
 
 use crate::classify::{self, StatementKind};
 use crate::error::{Error, Result};
+use crate::routing::Pick;
 use crate::routing::stats::{bucket_name, size_bucket};
 use crate::service::plan::{Plan, Route};
 use crate::service::query::batches_stream;
@@ -185,7 +186,14 @@ impl GatewayService {
                 self.engines.planner.name()
             ),
             Route::Pinned => format!("{first} (pinned by lakegate.engine)"),
-            Route::Routed => format!("{first}{}", if d.explored { " (exploring)" } else { "" }),
+            Route::Routed => format!(
+                "{first}{}",
+                match d.pick {
+                    Pick::Best => "",
+                    Pick::Explored => " (exploring)",
+                    Pick::Retried => " (retrying: its observations are stale)",
+                }
+            ),
         };
         rows.push(("choice".into(), choice));
         rows
