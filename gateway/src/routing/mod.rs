@@ -91,12 +91,8 @@ pub struct Decision {
     pub rule: Option<String>,
     /// Why this group.
     pub reason: GroupChoice,
-    /// The group.
+    /// The group (its candidates are ordered when the statement runs: [`Router::order`]).
     pub group: GroupSpec,
-    /// Candidates in the order they will be tried; the first is the choice.
-    pub candidates: Vec<Candidate>,
-    /// Why the first candidate is first.
-    pub pick: Pick,
 }
 
 /// The router, shared by every session.
@@ -202,8 +198,17 @@ impl Router {
         }
     }
 
-    /// The group's candidates for `shape` at `bytes`, in the order to try them.
-    pub fn order(&self, group: &GroupSpec, shape: Shape, bytes: u64) -> (Vec<Candidate>, Pick) {
+    /// The group's candidates for `shape` at `bytes`, in the order to try them. `claim`: the
+    /// statement will run on them, so it takes a stale candidate's retry (see
+    /// [`Stats::claim_revisit`]); without it (EXPLAIN ROUTE) a retry that is due is shown, not
+    /// taken.
+    pub fn order(
+        &self,
+        group: &GroupSpec,
+        shape: Shape,
+        bytes: u64,
+        claim: bool,
+    ) -> (Vec<Candidate>, Pick) {
         let mut stale = Vec::new();
         let mut candidates: Vec<Candidate> = group
             .engines
@@ -268,7 +273,7 @@ impl Router {
             let c = &candidates[i];
             c.breaker == BreakerState::Closed
                 && stale.contains(&c.engine.as_str())
-                && self.stats.claim_revisit(&c.engine, shape, bytes)
+                && (!claim || self.stats.claim_revisit(&c.engine, shape, bytes))
         });
         if let Some(i) = retry {
             let chosen = candidates.remove(i);
@@ -450,12 +455,18 @@ mod tests {
         for _ in 0..5 {
             router.record("datafusion", Shape::PointLookup, 0, Some(0.5));
         }
-        let (order, pick) = router.order(&group, Shape::PointLookup, 0);
+        let (order, pick) = router.order(&group, Shape::PointLookup, 0, false);
+        assert_eq!(
+            (order[0].engine.as_str(), pick),
+            ("accelerated", Pick::Retried),
+            "EXPLAIN shows the retry that is due without taking it"
+        );
+        let (order, pick) = router.order(&group, Shape::PointLookup, 0, true);
         assert_eq!(
             (order[0].engine.as_str(), pick),
             ("accelerated", Pick::Retried)
         );
-        let (order, pick) = router.order(&group, Shape::PointLookup, 0);
+        let (order, pick) = router.order(&group, Shape::PointLookup, 0, true);
         assert_eq!(
             (order[0].engine.as_str(), pick),
             ("datafusion", Pick::Best),
@@ -465,7 +476,7 @@ mod tests {
         for _ in 0..5 {
             router.record("accelerated", Shape::PointLookup, 0, Some(0.1));
         }
-        let (order, pick) = router.order(&group, Shape::PointLookup, 0);
+        let (order, pick) = router.order(&group, Shape::PointLookup, 0, true);
         assert_eq!(
             (order[0].engine.as_str(), pick),
             ("accelerated", Pick::Best)
@@ -479,7 +490,7 @@ mod tests {
         let group = router.table().groups["default"].clone();
         assert_eq!(group.engines, ["accelerated", "datafusion", "duckdb"]);
         let first = |router: &Router| {
-            router.order(&group, Shape::PointLookup, 0).0[0]
+            router.order(&group, Shape::PointLookup, 0, true).0[0]
                 .engine
                 .clone()
         };
@@ -514,7 +525,7 @@ mod tests {
             router.record("datafusion", Shape::Scan, 0, Some(0.5));
         }
         for _ in 0..3 {
-            let (order, pick) = router.order(&group, Shape::Scan, 0);
+            let (order, pick) = router.order(&group, Shape::Scan, 0, true);
             assert_eq!((order[0].engine.as_str(), pick), ("datafusion", Pick::Best));
         }
     }

@@ -28,7 +28,7 @@ use crate::classify::{self, References, StatementKind};
 use crate::error::{Error, Result};
 use crate::profile::QueryProfile;
 use crate::routing::rules::{Asker, GroupSpec};
-use crate::routing::{Decision, GroupChoice, Router};
+use crate::routing::{Candidate, Decision, GroupChoice, Pick, Router};
 use crate::security::Security;
 
 /// How a statement's engines were chosen.
@@ -101,15 +101,27 @@ pub struct Estimate {
     pub bound: bool,
 }
 
-/// Steps 7–8's answer: the final profile, the group's candidates and the engines to try.
+/// Steps 7–8's answer: the final profile, the group and how its engines are chosen.
 #[derive(Debug)]
 pub struct Decided {
     /// Shape, columns and the final scan estimate.
     pub profile: QueryProfile,
-    /// The group, the rule and the ordered candidates.
+    /// The group and the rule.
     pub decision: Decision,
-    /// How the engines were chosen.
+    /// How the engines are chosen.
     pub route: Route,
+    /// The engine when the route fixes it (the planner, a pinned engine); `None`: the group's
+    /// candidates, ordered when the plan runs.
+    pub fixed_engine: Option<String>,
+}
+
+/// The engines a plan tries, in order, as the router ordered them.
+#[derive(Debug)]
+pub struct Order {
+    /// The group's candidates, by expected latency (what EXPLAIN ROUTE shows).
+    pub candidates: Vec<Candidate>,
+    /// Why the first candidate is first.
+    pub pick: Pick,
     /// Engines (by name) in the order to try them.
     pub engines: Vec<String>,
 }
@@ -122,14 +134,14 @@ pub struct Plan {
     pub settings: Settings,
     /// Shape, columns and the final scan estimate.
     pub profile: QueryProfile,
-    /// The group, the rule and the ordered candidates.
+    /// The group and the rule.
     pub decision: Decision,
     /// Table versions and system tables.
     pub resolved: Resolved,
-    /// How the engines were chosen.
+    /// How the engines are chosen.
     pub route: Route,
-    /// Engines (by name) in the order to try them.
-    pub engines: Vec<String>,
+    /// The engine when the route fixes it; `None`: the group's candidates ([`Plan::order`]).
+    pub fixed_engine: Option<String>,
     /// The mirror database that numbers output columns' origins (PostgreSQL clients with a
     /// catalog mirror, when [`Rewrites::origins`] is set).
     pub mirror: Option<Arc<crate::mirror::database::MirrorDb>>,
@@ -147,7 +159,7 @@ impl Plan {
             profile,
             decision,
             route,
-            engines,
+            fixed_engine,
         } = decided;
         Self {
             rewrites,
@@ -156,8 +168,42 @@ impl Plan {
             decision,
             resolved,
             route,
-            engines,
+            fixed_engine,
             mirror: None,
+        }
+    }
+
+    /// The engines to try now, in order: the fixed engine, or the group's candidates as the
+    /// router orders them at this moment (asked only when the plan runs: a cached answer
+    /// consults no router). `claim` as in [`Router::order`].
+    pub fn order(&self, router: &Router, configured: &[&str], claim: bool) -> Order {
+        let (candidates, pick) = router.order(
+            &self.decision.group,
+            self.profile.shape,
+            self.scan_bytes(),
+            claim,
+        );
+        let engines = match &self.fixed_engine {
+            Some(engine) => vec![engine.clone()],
+            None => candidates
+                .iter()
+                .filter(|c| configured.contains(&c.engine.as_str()))
+                .map(|c| c.engine.clone())
+                .collect(),
+        };
+        Order {
+            candidates,
+            pick,
+            engines,
+        }
+    }
+
+    /// The engines to try, in order, for running the plan (see [`Plan::order`]; the router
+    /// is not asked when the route fixes the engine).
+    pub fn engines(&self, router: &Router, configured: &[&str]) -> Vec<String> {
+        match &self.fixed_engine {
+            Some(engine) => vec![engine.clone()],
+            None => self.order(router, configured, true).engines,
         }
     }
 
@@ -346,14 +392,7 @@ impl GatewayService {
         let estimate = self
             .estimate_for(statement, params, &resolved.pins, chosen, ctx)
             .await;
-        decide(
-            chosen,
-            resolved,
-            estimate,
-            ctx,
-            &self.router,
-            &self.engines.names(),
-        )
+        decide(chosen, resolved, estimate, ctx, &self.engines.names())
     }
 
     /// `plan` with the mirror database that numbers its output columns, when it names any.
@@ -443,9 +482,9 @@ pub fn intend(
     })
 }
 
-/// Steps 7–8, after the I/O: the scan guardrail, the candidates ordered at the final
-/// estimate, and the engines to try (`configured` names the engines this gateway runs, the
-/// embedded planner first).
+/// Steps 7–8, after the I/O: the scan guardrail at the final estimate and the route (the
+/// candidates are ordered when the plan runs, [`Plan::order`]; `configured` names the engines
+/// this gateway runs, the embedded planner first).
 ///
 /// # Errors
 /// 54000 for a (bound) scan over the group's `max_scan_bytes`; a pinned engine that is not
@@ -455,7 +494,6 @@ pub fn decide(
     resolved: &Resolved,
     estimate: Estimate,
     ctx: &StatementContext,
-    router: &Router,
     configured: &[&str],
 ) -> Result<Decided> {
     let group = &chosen.group;
@@ -472,19 +510,16 @@ pub fn decide(
     }
     let mut profile = chosen.profile.clone();
     profile.scan_bytes = Some(estimate.bytes);
-    let (candidates, pick) = router.order(group, profile.shape, estimate.bytes);
     let decision = Decision {
         rule: chosen.rule.clone(),
         reason: chosen.choice,
         group: group.clone(),
-        candidates,
-        pick,
     };
     let planner_only =
         resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty();
-    let (route, engines) = if planner_only {
+    let (route, fixed_engine) = if planner_only {
         let planner = configured.first().copied().unwrap_or("datafusion");
-        (Route::Planner, vec![planner.to_string()])
+        (Route::Planner, Some(planner.to_string()))
     } else if let Some(name) = ctx.engine.as_deref() {
         if !configured.contains(&name) {
             return Err(Error::EngineNotConfigured {
@@ -492,20 +527,14 @@ pub fn decide(
                 available: configured.join(", "),
             });
         }
-        (Route::Pinned, vec![name.to_string()])
+        (Route::Pinned, Some(name.to_string()))
     } else {
-        let chosen = decision
-            .candidates
-            .iter()
-            .filter(|c| configured.contains(&c.engine.as_str()))
-            .map(|c| c.engine.clone())
-            .collect();
-        (Route::Routed, chosen)
+        (Route::Routed, None)
     };
     Ok(Decided {
         profile,
         decision,
         route,
-        engines,
+        fixed_engine,
     })
 }

@@ -227,7 +227,7 @@ fn plan_as(
         &resolved.pins,
         settings.default_schema(),
     )?;
-    let decided = decide(&intent.chosen, &resolved, estimate, ctx, &router, ENGINES)?;
+    let decided = decide(&intent.chosen, &resolved, estimate, ctx, ENGINES)?;
     let rewrites = Rewrites::new(intent.statement, masked, intent.names);
     Ok(Plan::new(Arc::new(rewrites), decided, resolved, settings))
 }
@@ -463,11 +463,15 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
     )
     .expect("plan");
     assert_eq!(routed.route, Route::Routed);
-    assert_eq!(routed.engines, vec!["duckdb", "datafusion"]);
+    assert_eq!(routed.fixed_engine, None);
+    assert_eq!(
+        routed.engines(&router(), ENGINES),
+        vec!["duckdb", "datafusion"]
+    );
     // Catalog and constant statements: the planner only.
     let catalog = plan("alice", "SELECT 1", &[], NONE).expect("plan");
     assert_eq!(
-        (catalog.route, catalog.engines.clone()),
+        (catalog.route, catalog.engines(&router(), ENGINES)),
         (Route::Planner, vec!["datafusion".to_string()])
     );
     // A pinned engine, and one this gateway does not run.
@@ -482,7 +486,7 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
     };
     let trino = pinned("trino").expect("trino is configured");
     assert_eq!(
-        (trino.route, trino.engines),
+        (trino.route, trino.engines(&router(), ENGINES)),
         (Route::Pinned, vec!["trino".to_string()])
     );
     assert!(matches!(

@@ -65,12 +65,14 @@ impl GatewayService {
         );
         let (shape, bytes) = (plan.profile.shape, plan.scan_bytes());
         let routed = plan.route == Route::Routed;
-        let count = plan.engines.len();
+        // Ordered only now: a cached answer never gets here, so it consults no router.
+        let engines = plan.engines(&self.router, &self.engines.names());
+        let count = engines.len();
         let mut planned = None;
         let mut last: Option<Error> = None;
         let mut declined: Option<Error> = None;
         let reads_system = plan.resolved.catalog || !plan.resolved.system_tables.is_empty();
-        for (i, name) in plan.engines.iter().enumerate() {
+        for (i, name) in engines.iter().enumerate() {
             let engine = self.engines.get(name)?;
             let name = name.clone();
             let is_planner = self.engines.is_planner(&name);

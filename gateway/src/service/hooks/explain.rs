@@ -15,7 +15,7 @@ use crate::classify::{self, StatementKind};
 use crate::error::{Error, Result};
 use crate::routing::Pick;
 use crate::routing::stats::{bucket_name, size_bucket};
-use crate::service::plan::{Plan, Route};
+use crate::service::plan::{Order, Plan, Route};
 use crate::service::query::batches_stream;
 use crate::service::{GatewayService, QueryOutput, StatementContext, snapshot_list};
 use crate::session::Session;
@@ -51,10 +51,12 @@ impl GatewayService {
         ctx: &StatementContext,
     ) -> Result<QueryOutput> {
         let plan = self.explain_plan(target, session, ctx).await?;
-        let mut rows = self.explain_rows(&plan);
+        // The order as a run would take it now, without taking a retry that is due.
+        let order = plan.order(&self.router, &self.engines.names(), false);
+        let mut rows = self.explain_rows(&plan, &order);
         if plan.route != Route::Planner {
             let described = ctx.guard(self.planned(&plan)).await?;
-            rows.extend(self.exactness_rows(&plan, &described));
+            rows.extend(self.exactness_rows(&plan, &order, &described));
         }
         let batch = RecordBatch::try_new(
             schema(),
@@ -75,7 +77,12 @@ impl GatewayService {
     }
 
     /// What the statement relies on and is made of, and which candidates refuse it and why.
-    fn exactness_rows(&self, plan: &Plan, described: &Described) -> Vec<(String, String)> {
+    fn exactness_rows(
+        &self,
+        plan: &Plan,
+        order: &Order,
+        described: &Described,
+    ) -> Vec<(String, String)> {
         let join = |v: Vec<String>| v.join(", ");
         let mut rows = vec![
             (
@@ -94,7 +101,7 @@ impl GatewayService {
             ),
         ];
         let reads_system = plan.resolved.catalog || !plan.resolved.system_tables.is_empty();
-        for name in &plan.engines {
+        for name in &order.engines {
             if let Ok(engine) = self.engines.get(name)
                 && let Some(why) = engine.declines(&plan.resolved.pins, reads_system)
             {
@@ -112,7 +119,7 @@ impl GatewayService {
         rows
     }
 
-    fn explain_rows(&self, plan: &Plan) -> Vec<(String, String)> {
+    fn explain_rows(&self, plan: &Plan, order: &Order) -> Vec<(String, String)> {
         let p = &plan.profile;
         let d = &plan.decision;
         let g = &d.group;
@@ -159,7 +166,7 @@ impl GatewayService {
                 ),
             ),
         ];
-        for (i, c) in d.candidates.iter().enumerate() {
+        for (i, c) in order.candidates.iter().enumerate() {
             rows.push((
                 format!("candidate {}", i + 1),
                 format!(
@@ -176,8 +183,8 @@ impl GatewayService {
             })
         };
         let first = match plan.route {
-            Route::Routed => plan.engines.iter().find(|n| takes(n)),
-            _ => plan.engines.first(),
+            Route::Routed => order.engines.iter().find(|n| takes(n)),
+            _ => order.engines.first(),
         }
         .map_or("", String::as_str);
         let choice = match plan.route {
@@ -188,7 +195,7 @@ impl GatewayService {
             Route::Pinned => format!("{first} (pinned by lakegate.engine)"),
             Route::Routed => format!(
                 "{first}{}",
-                match d.pick {
+                match order.pick {
                     Pick::Best => "",
                     Pick::Explored => " (exploring)",
                     Pick::Retried => " (retrying: its observations are stale)",
