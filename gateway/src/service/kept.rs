@@ -6,7 +6,8 @@
 //! from; a later plan of the same statement reuses them only when every one of those is the
 //! same — the tables' versions are resolved again for every statement, so a commit is seen as
 //! before — and decides again what moves per execution: the scan estimate with the bound
-//! parameters, the guardrail, and the candidates ordered by observed latency.
+//! parameters and the guardrail (the candidates are ordered by observed latency only when the
+//! plan runs, [`super::plan::Plan::order`]).
 //!
 //! The statement is the key (interned: one hash of its tree per lookup); a few variants are
 //! kept per statement (sessions with different settings or users running it).

@@ -3,10 +3,11 @@
 //! ```text
 //! frontend ─ parse ─▶ GatewayService::describe / execute (statement, params, session, ctx)
 //!   query ──▶ plan     references → profile → group → access → resolve → masks
-//!                      → scan estimate → guardrail → candidates          (plan.rs)
+//!                      → scan estimate → guardrail → route               (plan.rs)
 //!             describe the planner's schema for the plan                 (describe.rs)
 //!             execute  history → cache or run → limits → cancel/deadline (query.rs, cache.rs)
-//!                      run: admission → first engine that answers        (run.rs)
+//!                      run: candidates ordered → admission → first engine
+//!                           that answers                                 (run.rs)
 //!   a row of literals (`SELECT 1`): answered at once                     (constant.rs)
 //!   SET/SHOW/RESET, BEGIN/COMMIT, DECLARE/FETCH/CLOSE, EXPLAIN ROUTE     (hooks/)
 //!   lakegate.* tables                                                    (system/)

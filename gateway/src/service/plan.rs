@@ -1,12 +1,13 @@
 //! One plan for every query. [`GatewayService::plan`] takes a statement through every decision
 //! in one order — references → profile → group → **access** → resolve → masks → scan estimate
-//! → guardrail → candidates → numeric outputs — and returns the [`Plan`] that Describe (pgwire Parse/Describe,
+//! → guardrail → route → numeric outputs — and returns the [`Plan`] that Describe (pgwire Parse/Describe,
 //! Flight SQL GetFlightInfo, CreatePreparedStatement, GetSchema), Execute, DECLARE and
 //! EXPLAIN ROUTE all consume: none of them can skip a step another takes.
 //!
 //! The decisions are pure functions ([`intend`] before any I/O, [`decide`] after it), tested as
 //! tables of cases; the I/O between them ([`super::resolve`]) is resolving the tables' current
-//! versions and pruning the scan estimate.
+//! versions and pruning the scan estimate. A routed plan's candidates are ordered by the
+//! router's observations only when it runs ([`Plan::order`]): a cached answer asks no router.
 //!
 //! What a plan decides from its statement, session and table versions alone is kept
 //! ([`super::kept`]): a later plan of the same statement for the same session settings at the
