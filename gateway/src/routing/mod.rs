@@ -1,8 +1,8 @@
 //! The router: picks a statement's routing group by the rules, then orders the group's
 //! candidate engines by the latency observed for the statement's shape and size (exploring a
 //! little, and retrying a candidate whose observations have gone stale), skipping engines
-//! whose circuit breaker is open. The query service tries them in that
-//! order (failover) inside the group's admission slots.
+//! whose circuit breaker is open. The query service tries them in that order (failover)
+//! inside the group's admission slots, ordering them only when a statement runs.
 //!
 //! - [`rules`] — groups and rules from `routing-rules/*.toml`, validated, reloaded on change.
 //! - [`stats`] — observed latency per (engine, shape, size bucket), circuit breakers.

@@ -120,15 +120,15 @@ impl Observed {
 
     /// The median of the last [`ESTIMATE_SAMPLES`] successful latencies.
     pub fn typical_ms(&self) -> Option<f64> {
-        let mut v: Vec<f64> = self
-            .recent
-            .iter()
-            .rev()
-            .take(ESTIMATE_SAMPLES)
-            .copied()
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
+        let mut last = [0.0; ESTIMATE_SAMPLES];
+        let mut n = 0;
+        for (slot, ms) in last.iter_mut().zip(self.recent.iter().rev()) {
+            *slot = *ms;
+            n += 1;
+        }
+        let last = &mut last[..n];
+        last.sort_by(f64::total_cmp);
+        last.get(n / 2).copied()
     }
 
     /// Whether nothing has been observed or retried for [`REVISIT_AFTER`].
