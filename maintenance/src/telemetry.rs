@@ -353,8 +353,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn every_event_sent_is_recorded_across_full_and_partial_batches_and_drain_ends_with_its_senders()
-     {
+    async fn events_are_all_recorded_across_full_and_partial_batches_and_drain_ends_with_senders() {
         let (t, rx) = Telemetry::channel(10_000);
         let heat = Arc::new(std::sync::Mutex::new(Heat::new(
             std::time::Duration::from_secs(3600),

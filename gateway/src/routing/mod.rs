@@ -48,6 +48,8 @@ pub struct Candidate {
     pub samples: u64,
     /// Its breaker.
     pub breaker: BreakerState,
+    /// Observed before, but not for a while: due a retry.
+    pub stale: bool,
 }
 
 /// Why the first candidate is first.
@@ -209,25 +211,17 @@ impl Router {
         bytes: u64,
         claim: bool,
     ) -> (Vec<Candidate>, Pick) {
-        let mut stale = Vec::new();
         let mut candidates: Vec<Candidate> = group
             .engines
             .iter()
             .map(|e| {
-                let Expected {
-                    ms: expected_ms,
-                    samples,
-                    stale: faded,
-                } = self.stats.expected(e, shape, bytes);
-                if faded {
-                    stale.push(e.as_str());
-                }
-                let breaker = self.stats.breaker(e).state();
+                let Expected { ms, samples, stale } = self.stats.expected(e, shape, bytes);
                 Candidate {
                     engine: e.clone(),
-                    expected_ms,
+                    expected_ms: ms,
                     samples,
-                    breaker,
+                    breaker: self.stats.breaker(e).state(),
+                    stale,
                 }
             })
             .collect();
@@ -272,7 +266,7 @@ impl Router {
         let retry = eligible.iter().copied().find(|&i| {
             let c = &candidates[i];
             c.breaker == BreakerState::Closed
-                && stale.contains(&c.engine.as_str())
+                && c.stale
                 && (!claim || self.stats.claim_revisit(&c.engine, shape, bytes))
         });
         if let Some(i) = retry {

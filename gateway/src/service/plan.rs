@@ -176,8 +176,9 @@ impl Plan {
 
     /// The engines to try now, in order: the fixed engine, or the group's candidates as the
     /// router orders them at this moment (asked only when the plan runs: a cached answer
-    /// consults no router). `claim` as in [`Router::order`].
-    pub fn order(&self, router: &Router, configured: &[&str], claim: bool) -> Order {
+    /// consults no router). A group lists only configured engines (the routing table keeps
+    /// no other). `claim` as in [`Router::order`].
+    pub fn order(&self, router: &Router, claim: bool) -> Order {
         let (candidates, pick) = router.order(
             &self.decision.group,
             self.profile.shape,
@@ -186,11 +187,7 @@ impl Plan {
         );
         let engines = match &self.fixed_engine {
             Some(engine) => vec![engine.clone()],
-            None => candidates
-                .iter()
-                .filter(|c| configured.contains(&c.engine.as_str()))
-                .map(|c| c.engine.clone())
-                .collect(),
+            None => candidates.iter().map(|c| c.engine.clone()).collect(),
         };
         Order {
             candidates,
@@ -201,10 +198,10 @@ impl Plan {
 
     /// The engines to try, in order, for running the plan (see [`Plan::order`]; the router
     /// is not asked when the route fixes the engine).
-    pub fn engines(&self, router: &Router, configured: &[&str]) -> Vec<String> {
+    pub fn engines(&self, router: &Router) -> Vec<String> {
         match &self.fixed_engine {
             Some(engine) => vec![engine.clone()],
-            None => self.order(router, configured, true).engines,
+            None => self.order(router, true).engines,
         }
     }
 

@@ -464,14 +464,11 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
     .expect("plan");
     assert_eq!(routed.route, Route::Routed);
     assert_eq!(routed.fixed_engine, None);
-    assert_eq!(
-        routed.engines(&router(), ENGINES),
-        vec!["duckdb", "datafusion"]
-    );
+    assert_eq!(routed.engines(&router()), vec!["duckdb", "datafusion"]);
     // Catalog and constant statements: the planner only.
     let catalog = plan("alice", "SELECT 1", &[], NONE).expect("plan");
     assert_eq!(
-        (catalog.route, catalog.engines(&router(), ENGINES)),
+        (catalog.route, catalog.engines(&router())),
         (Route::Planner, vec!["datafusion".to_string()])
     );
     // A pinned engine, and one this gateway does not run.
@@ -486,7 +483,7 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
     };
     let trino = pinned("trino").expect("trino is configured");
     assert_eq!(
-        (trino.route, trino.engines(&router(), ENGINES)),
+        (trino.route, trino.engines(&router())),
         (Route::Pinned, vec!["trino".to_string()])
     );
     assert!(matches!(

@@ -66,7 +66,7 @@ impl GatewayService {
         let (shape, bytes) = (plan.profile.shape, plan.scan_bytes());
         let routed = plan.route == Route::Routed;
         // Ordered only now: a cached answer never gets here, so it consults no router.
-        let engines = plan.engines(&self.router, &self.engines.names());
+        let engines = plan.engines(&self.router);
         let count = engines.len();
         let mut planned = None;
         let mut last: Option<Error> = None;

@@ -52,7 +52,7 @@ impl GatewayService {
     ) -> Result<QueryOutput> {
         let plan = self.explain_plan(target, session, ctx).await?;
         // The order as a run would take it now, without taking a retry that is due.
-        let order = plan.order(&self.router, &self.engines.names(), false);
+        let order = plan.order(&self.router, false);
         let mut rows = self.explain_rows(&plan, &order);
         if plan.route != Route::Planner {
             let described = ctx.guard(self.planned(&plan)).await?;
