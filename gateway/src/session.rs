@@ -13,6 +13,8 @@ use sync_wrapper::SyncWrapper;
 use crate::error::{Error, Result};
 use crate::service::Frontend;
 
+mod interned;
+
 /// A setting clients may read and (unless read-only) change.
 struct Param {
     name: &'static str,
@@ -139,7 +141,8 @@ pub struct Session {
     user: String,
     database: String,
     frontend: Frontend,
-    /// Shared with the statements' engine settings (copied only when a setting changes).
+    /// Shared with the statements' engine settings and, when equal, with other sessions
+    /// ([`interned`]); replaced, never changed in place, when a setting changes.
     values: Arc<BTreeMap<String, String>>,
     defaults: BTreeMap<String, String>,
     cursors: HashMap<String, Cursor>,
@@ -177,7 +180,7 @@ impl Session {
             user: user.to_string(),
             database: "lakegate".to_string(),
             frontend: Frontend::Local,
-            values: Arc::new(defaults.clone()),
+            values: interned::interned(defaults.clone()),
             defaults,
             cursors: HashMap::new(),
             formatting: std::sync::Mutex::new(None),
@@ -246,7 +249,9 @@ impl Session {
             None if name.contains('.') => value.to_string(),
             None => return Err(Error::UnknownSetting { name }),
         };
-        Arc::make_mut(&mut self.values).insert(name.clone(), value);
+        self.change(|values| {
+            values.insert(name.clone(), value);
+        });
         Ok(name)
     }
 
@@ -273,11 +278,14 @@ impl Session {
         }
         match self.defaults.get(&name) {
             Some(v) => {
-                Arc::make_mut(&mut self.values).insert(name.clone(), v.clone());
+                let v = v.clone();
+                self.change(|values| {
+                    values.insert(name.clone(), v);
+                });
             }
-            None if name.contains('.') => {
-                Arc::make_mut(&mut self.values).remove(&name);
-            }
+            None if name.contains('.') => self.change(|values| {
+                values.remove(&name);
+            }),
             None => return Err(Error::UnknownSetting { name }),
         }
         Ok(name)
@@ -285,7 +293,14 @@ impl Session {
 
     /// `RESET ALL`.
     pub fn reset_all(&mut self) {
-        self.values = Arc::new(self.defaults.clone());
+        self.values = interned::interned(self.defaults.clone());
+    }
+
+    /// Replaces the settings by `change` of a copy.
+    fn change(&mut self, change: impl FnOnce(&mut BTreeMap<String, String>)) {
+        let mut values = self.values.as_ref().clone();
+        change(&mut values);
+        self.values = interned::interned(values);
     }
 
     /// Every setting, by name.

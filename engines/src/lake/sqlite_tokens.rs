@@ -14,12 +14,14 @@
 //! the one its kept answer for the table was read under, that answer stands: no lock, no
 //! transaction. The counter is read before the row, so a commit in between only costs one more
 //! read later. A WAL database (header versions 2) does not keep the counter per commit and is
-//! always read; so is a file replaced under the same path (another inode).
+//! always read. A file replaced under its path (or removed) loses a name: the kept file's link
+//! count, read from its descriptor (no path walk), drops, and the path is opened anew with
+//! nothing kept.
 
 use std::collections::HashMap;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tracing::debug;
@@ -33,9 +35,13 @@ const IDLE: usize = 8;
 pub(super) struct SqliteTokens {
     path: String,
     query: String,
-    idle: Idle<Connection>,
-    /// The file, for its header (and the inode it was opened at).
-    header: Mutex<Option<(std::fs::File, u64)>>,
+    /// Idle connections, each with the [`Self::opened`] count its file was opened under.
+    idle: Idle<(u64, Connection)>,
+    /// How many times the path was opened for the header: a connection opened under an
+    /// earlier count may read a file no longer at the path.
+    opened: AtomicU64,
+    /// The file, for its header, and its link count when opened.
+    header: Mutex<Option<(Arc<std::fs::File>, u64)>>,
     /// Each table's last answer and the change counter it was read under.
     kept: Mutex<HashMap<String, (u32, Option<String>)>>,
     /// Rows read (not answered from `kept`).
@@ -54,6 +60,7 @@ impl SqliteTokens {
             path: path.to_string(),
             query: query.to_string(),
             idle: Idle::new(IDLE),
+            opened: AtomicU64::new(0),
             header: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),
             reads: AtomicU64::new(0),
@@ -63,14 +70,27 @@ impl SqliteTokens {
     /// The header's change counter, when it tells every commit apart (rollback-journal mode,
     /// the file still at `path`).
     fn change_counter(&self) -> Option<u32> {
-        let inode = std::fs::metadata(&self.path).ok()?.ino();
-        let mut header = self.header.lock().unwrap_or_else(|p| p.into_inner());
-        if header.as_ref().is_none_or(|(_, at)| *at != inode) {
-            let file = std::fs::File::open(&self.path).ok()?;
-            let at = file.metadata().ok()?.ino();
-            *header = Some((file, at));
-        }
-        let (file, _) = header.as_ref()?;
+        let kept = self
+            .header
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let file = match kept {
+            Some((file, links)) if file.metadata().ok()?.nlink() == links => file,
+            // First use, or the file gained or lost a name (replaced under its path, removed,
+            // linked): the path's file, with nothing kept from another.
+            _ => {
+                let opened = std::fs::File::open(&self.path).and_then(|f| {
+                    let links = f.metadata()?.nlink();
+                    Ok((Arc::new(f), links))
+                });
+                let mut header = self.header.lock().unwrap_or_else(|p| p.into_inner());
+                self.opened.fetch_add(1, Ordering::Relaxed);
+                self.kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                *header = opened.ok();
+                header.as_ref()?.0.clone()
+            }
+        };
         let mut bytes = [0u8; 28];
         file.read_exact_at(&mut bytes, 0).ok()?;
         let rollback = bytes[18] == 1 && bytes[19] == 1;
@@ -96,14 +116,18 @@ impl SqliteTokens {
                 return Some(location.clone());
             }
         }
-        let connection = match self.idle.take() {
-            Some(c) => c,
-            None => self.open()?,
+        let opened = self.opened.load(Ordering::Relaxed);
+        let connection = loop {
+            match self.idle.take() {
+                Some((at, c)) if at == opened => break c,
+                Some(_) => {}
+                None => break self.open()?,
+            }
         };
         self.reads.fetch_add(1, Ordering::Relaxed);
         match read(&connection, &self.query, binds) {
             Ok(location) => {
-                self.idle.give_back(connection);
+                self.idle.give_back((opened, connection));
                 if let Some(counter) = counter {
                     let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
                     // Tables come and go: a bound far above any lake's table count.
@@ -248,5 +272,42 @@ mod tests {
             );
         }
         assert_eq!(tokens.reads(), 2);
+    }
+
+    #[test]
+    fn a_catalog_replaced_under_its_path_is_read_anew() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let make = |name: &str, location: &str| {
+            let path = dir.path().join(name);
+            let writer = Connection::open(&path).expect("open");
+            writer
+                .execute_batch(&format!(
+                    "CREATE TABLE iceberg_tables (catalog_name TEXT, table_namespace TEXT, \
+                     table_name TEXT, metadata_location TEXT);
+                     INSERT INTO iceberg_tables VALUES ('c', 'shop', 'orders', '{location}');"
+                ))
+                .expect("schema");
+            path
+        };
+        // Two files made alike: their change counters are equal, so only the file tells the
+        // kept answer from the new one.
+        let path = make("c.db", "v1.json");
+        let restored = make("restored.db", "v9.json");
+        let tokens =
+            SqliteTokens::new(&format!("sqlite://{}", path.display()), QUERY).expect("a file");
+        let lookup = || tokens.lookup(["c", "shop", "orders"]);
+        assert_eq!(lookup(), Some(Some("v1.json".into())));
+        assert_eq!(lookup(), Some(Some("v1.json".into())));
+        let reads = tokens.reads();
+        // Another name for the same file changes nothing but the link count.
+        std::fs::hard_link(&path, dir.path().join("backup.db")).expect("link");
+        assert_eq!(lookup(), Some(Some("v1.json".into())));
+        // Replaced under its path (a restore): the old file keeps a name (backup.db).
+        std::fs::rename(&restored, &path).expect("replace");
+        assert_eq!(lookup(), Some(Some("v9.json".into())));
+        assert!(tokens.reads() > reads, "the new file is read");
+        // Removed: nothing to read here (the caller goes through sqlx).
+        std::fs::remove_file(&path).expect("remove");
+        assert_eq!(lookup(), None);
     }
 }
