@@ -238,24 +238,31 @@ pub struct Expected {
 /// Everything observed, shared by all sessions.
 #[derive(Debug, Default)]
 pub struct Stats {
-    observed: Mutex<HashMap<(String, Shape, u8), Observed>>,
+    /// By engine, then (shape, scan-size bucket): looked up by the engine's name without
+    /// making a key (the router asks for every candidate of every routed statement).
+    observed: Mutex<HashMap<String, HashMap<(Shape, u8), Observed>>>,
     health: Mutex<HashMap<String, EngineHealth>>,
 }
 
 impl Stats {
     /// Records one query's outcome on `engine` (`None`: it failed for the engine's reasons).
     pub fn record(&self, engine: &str, shape: Shape, bucket: u8, ms: Option<f64>) {
-        self.observed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((engine.to_string(), shape, bucket))
-            .or_default()
-            .record(ms);
+        {
+            let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+            let by_shape = match observed.get_mut(engine) {
+                Some(by_shape) => by_shape,
+                None => observed.entry(engine.to_string()).or_default(),
+            };
+            by_shape.entry((shape, bucket)).or_default().record(ms);
+        }
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let h = health.entry(engine.to_string()).or_insert(EngineHealth {
-            breaker: Breaker::Closed,
-            consecutive_failures: 0,
-        });
+        let h = match health.get_mut(engine) {
+            Some(h) => h,
+            None => health.entry(engine.to_string()).or_insert(EngineHealth {
+                breaker: Breaker::Closed,
+                consecutive_failures: 0,
+            }),
+        };
         if ms.is_some() {
             h.consecutive_failures = 0;
             h.breaker = Breaker::Closed;
@@ -316,7 +323,10 @@ impl Stats {
     pub fn expected(&self, engine: &str, shape: Shape, bytes: u64) -> Expected {
         let prior = prior_ms(engine, bytes);
         let observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(o) = observed.get(&(engine.to_string(), shape, size_bucket(bytes))) else {
+        let Some(o) = observed
+            .get(engine)
+            .and_then(|m| m.get(&(shape, size_bucket(bytes))))
+        else {
             return Expected {
                 ms: prior,
                 samples: 0,
@@ -342,7 +352,10 @@ impl Stats {
     /// statement that retries it; others see it fresh for [`REVISIT_AFTER`].
     pub fn claim_revisit(&self, engine: &str, shape: Shape, bytes: u64) -> bool {
         let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
-        match observed.get_mut(&(engine.to_string(), shape, size_bucket(bytes))) {
+        match observed
+            .get_mut(engine)
+            .and_then(|m| m.get_mut(&(shape, size_bucket(bytes))))
+        {
             Some(o) if o.stale() => {
                 o.revisited = Some(Instant::now());
                 true
@@ -354,8 +367,11 @@ impl Stats {
     /// Makes the observations of (`engine`, `shape`, `bucket`) look `by` older.
     #[cfg(test)]
     pub(crate) fn age(&self, engine: &str, shape: Shape, bucket: u8, by: Duration) {
-        let key = (engine.to_string(), shape, bucket);
-        if let Some(o) = self.observed.lock().expect("lock").get_mut(&key) {
+        let mut observed = self.observed.lock().expect("lock");
+        if let Some(o) = observed
+            .get_mut(engine)
+            .and_then(|m| m.get_mut(&(shape, bucket)))
+        {
             o.last = o.last.and_then(|t| t.checked_sub(by));
         }
     }
@@ -367,7 +383,11 @@ impl Stats {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|(k, o)| (k.clone(), o.clone()))
+            .flat_map(|(engine, by_shape)| {
+                by_shape
+                    .iter()
+                    .map(|(&(shape, bucket), o)| ((engine.clone(), shape, bucket), o.clone()))
+            })
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
