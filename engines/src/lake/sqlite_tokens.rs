@@ -68,33 +68,42 @@ impl SqliteTokens {
     }
 
     /// The header's change counter, when it tells every commit apart (rollback-journal mode,
-    /// the file still at `path`).
-    fn change_counter(&self) -> Option<u32> {
-        let kept = self
-            .header
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let file = match kept {
-            Some((file, links)) if file.metadata().ok()?.nlink() == links => file,
+    /// the file still at `path`), and the [`Self::opened`] count of the file it was read from.
+    fn change_counter(&self) -> (Option<u32>, u64) {
+        let (kept, opened) = {
+            let header = self.header.lock().unwrap_or_else(|p| p.into_inner());
+            // Counted under the lock that reopens: the count is this file's.
+            (header.clone(), self.opened.load(Ordering::Relaxed))
+        };
+        let current =
+            kept.filter(|(file, links)| file.metadata().is_ok_and(|m| m.nlink() == *links));
+        let (file, opened) = match current {
+            Some((file, _)) => (file, opened),
             // First use, or the file gained or lost a name (replaced under its path, removed,
             // linked): the path's file, with nothing kept from another.
-            _ => {
-                let opened = std::fs::File::open(&self.path).and_then(|f| {
+            None => {
+                let file = std::fs::File::open(&self.path).and_then(|f| {
                     let links = f.metadata()?.nlink();
                     Ok((Arc::new(f), links))
                 });
                 let mut header = self.header.lock().unwrap_or_else(|p| p.into_inner());
-                self.opened.fetch_add(1, Ordering::Relaxed);
+                let opened = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
                 self.kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
-                *header = opened.ok();
-                header.as_ref()?.0.clone()
+                *header = file.ok();
+                match header.as_ref() {
+                    Some((file, _)) => (file.clone(), opened),
+                    None => return (None, opened),
+                }
             }
         };
         let mut bytes = [0u8; 28];
-        file.read_exact_at(&mut bytes, 0).ok()?;
+        if file.read_exact_at(&mut bytes, 0).is_err() {
+            return (None, opened);
+        }
         let rollback = bytes[18] == 1 && bytes[19] == 1;
-        rollback.then(|| u32::from_be_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]))
+        let counter =
+            rollback.then(|| u32::from_be_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]));
+        (counter, opened)
     }
 
     /// Rows read from the file so far (tests: what the header spared).
@@ -106,7 +115,7 @@ impl SqliteTokens {
     /// The table's metadata location: `Some(None)` when there is no such table (or it is
     /// being created), `None` when this path could not read it now.
     pub(super) fn lookup(&self, binds: [&str; 3]) -> Option<Option<String>> {
-        let counter = self.change_counter();
+        let (counter, opened) = self.change_counter();
         let key = binds.join("\u{0}");
         if let Some(counter) = counter {
             let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,7 +125,6 @@ impl SqliteTokens {
                 return Some(location.clone());
             }
         }
-        let opened = self.opened.load(Ordering::Relaxed);
         let connection = loop {
             match self.idle.take() {
                 Some((at, c)) if at == opened => break c,
@@ -134,7 +142,11 @@ impl SqliteTokens {
                     if kept.len() >= 100_000 {
                         kept.clear();
                     }
-                    kept.insert(key, (counter, location.clone()));
+                    // Not when the path was opened anew since the counter was read: that
+                    // cleared what was kept, and the counter is another file's.
+                    if self.opened.load(Ordering::Relaxed) == opened {
+                        kept.insert(key, (counter, location.clone()));
+                    }
                 }
                 Some(location)
             }
