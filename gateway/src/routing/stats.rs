@@ -235,12 +235,15 @@ pub struct Expected {
     pub stale: bool,
 }
 
+/// One engine's observations by (shape, scan-size bucket).
+type ByShape = HashMap<(Shape, u8), Observed>;
+
 /// Everything observed, shared by all sessions.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// By engine, then (shape, scan-size bucket): looked up by the engine's name without
     /// making a key (the router asks for every candidate of every routed statement).
-    observed: Mutex<HashMap<String, HashMap<(Shape, u8), Observed>>>,
+    observed: Mutex<HashMap<String, ByShape>>,
     health: Mutex<HashMap<String, EngineHealth>>,
 }
 
