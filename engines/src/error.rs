@@ -129,12 +129,21 @@ pub enum Error {
         /// PostgreSQL's message.
         message: String,
     },
-    /// An engine cannot be reached or is not set up.
+    /// An engine is not set up, overloaded, or failed in transit.
     #[error("engine {engine} is unavailable: {reason}")]
     EngineUnavailable {
         /// The engine's name.
         engine: String,
         /// Why.
+        reason: String,
+    },
+    /// An engine refused or did not accept a connection: it is not running there. The router
+    /// takes it out at once (its breaker opens) rather than after repeated failures.
+    #[error("engine {engine} is unavailable: cannot connect to {reason}")]
+    EngineUnreachable {
+        /// The engine's name.
+        engine: String,
+        /// Where, and the transport's error.
         reason: String,
     },
     /// The object store or file system holding the lake failed a request.
@@ -191,6 +200,31 @@ impl From<DataFusionError> for Error {
 /// Short form of `Result` with this crate's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Whether `e` was caused by the connection itself: refused (nothing listens there), or
+/// reset, aborted or broken under a request (the server went away) — an I/O error of that kind
+/// somewhere in its chain of causes. Such an engine is taken out at once
+/// ([`Error::EngineUnreachable`]).
+pub(crate) fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind as Io;
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                Io::ConnectionRefused
+                    | Io::ConnectionReset
+                    | Io::ConnectionAborted
+                    | Io::BrokenPipe
+                    | Io::NotConnected
+            )
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
 impl Error {
     /// The neutral kind of this error, for frontends to map to their own codes.
     pub fn kind(&self) -> ErrorKind {
@@ -205,7 +239,9 @@ impl Error {
             Self::Engine { kind, .. }
             | Self::Value { kind, .. }
             | Self::ObjectStore { kind, .. } => *kind,
-            Self::EngineUnavailable { .. } | Self::Storage { .. } => ErrorKind::Unavailable,
+            Self::EngineUnavailable { .. }
+            | Self::EngineUnreachable { .. }
+            | Self::Storage { .. } => ErrorKind::Unavailable,
             Self::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -361,6 +397,22 @@ fn missing_file(message: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_connection_is_found_among_the_causes() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("transport error")]
+        struct Transport(#[source] std::io::Error);
+        let reset = Transport(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(connection_lost(&reset));
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(connection_lost(&refused));
+        let timed_out = Transport(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(
+            !connection_lost(&timed_out),
+            "a slow server is not a missing one"
+        );
+    }
 
     #[test]
     fn a_missing_object_is_named() {

@@ -186,7 +186,15 @@ impl SparkEngine {
             operation_id: Some(operation_id.clone()),
         };
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready().await.map_err(|e| self.unavailable(e))?;
+        // Not ready: the channel has no connection to the server and could not make one.
+        grpc.ready().await.map_err(|e| {
+            self.configured
+                .store(false, std::sync::atomic::Ordering::Release);
+            Error::EngineUnreachable {
+                engine: "spark".into(),
+                reason: format!("{} ({e})", self.options.url),
+            }
+        })?;
         let response = grpc
             .server_streaming(
                 tonic::Request::new(request),
@@ -243,7 +251,10 @@ impl SparkEngine {
 
     fn status_error(&self, status: &tonic::Status) -> Error {
         let e = status_to_error(&self.options.url, status);
-        if matches!(e, Error::EngineUnavailable { .. }) {
+        if matches!(
+            e,
+            Error::EngineUnavailable { .. } | Error::EngineUnreachable { .. }
+        ) {
             // A restarted server has a fresh session: configure it again.
             self.configured
                 .store(false, std::sync::atomic::Ordering::Release);
@@ -257,6 +268,12 @@ impl SparkEngine {
 fn status_to_error(url: &str, status: &tonic::Status) -> Error {
     use tonic::Code;
     let message = status.message().to_string();
+    if crate::error::connection_lost(status) {
+        return Error::EngineUnreachable {
+            engine: "spark".into(),
+            reason: format!("{url} ({message})"),
+        };
+    }
     let kind = match status.code() {
         Code::Unavailable => None,
         Code::DeadlineExceeded | Code::Unknown

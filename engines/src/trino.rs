@@ -84,7 +84,16 @@ impl TrinoEngine {
     }
 
     async fn page(&self, request: reqwest::RequestBuilder) -> Result<Page> {
-        let response = request.send().await.map_err(|e| self.unavailable(e))?;
+        let response = request.send().await.map_err(|e| {
+            if e.is_connect() || crate::error::connection_lost(&e) {
+                Error::EngineUnreachable {
+                    engine: "trino".into(),
+                    reason: format!("{} ({e})", self.options.url),
+                }
+            } else {
+                self.unavailable(e)
+            }
+        })?;
         let status = response.status();
         if !status.is_success() {
             let body = response.text().await.unwrap_or_default();

@@ -352,17 +352,21 @@ def flood_and_measure(routed):
 
 def test_a_killed_engine_fails_over_and_its_breaker_lets_it_back(engine_estate, routed):
     """Trino is starved, so Spark is the engine of choice; Spark is killed mid-workload."""
-    with connect(routed) as conn, Throttle(engine_estate.pid("trino"), 0.9):
+    with engine_estate.running_after("spark"), connect(routed) as conn, \
+            Throttle(engine_estate.pid("trino"), 0.9):
         conn.execute("SET lakegate.group = 'failover'")
         lookups(conn, 8)
         assert last_engines(conn, "failover", 3) == ["spark"] * 3
-        os.kill(engine_estate.pid("spark"), signal.SIGKILL)
-        # Every query still succeeds: Spark fails before answering and Trino answers; after
-        # three failures in a row Spark's breaker opens and it is skipped.
-        lookups(conn, 5, 50)
+        engine_estate.kill("spark")
+        # Every query still succeeds: Spark fails before answering and Trino answers. Spark
+        # refuses the connection, so its breaker opens at once and it is skipped (not tried
+        # again by each query until failures pile up, nor only steered around by its penalty).
+        lookups(conn, 1, 50)
         spark = conn.execute("SELECT breaker FROM lakegate.routing "
                              "WHERE engine = 'spark' AND shape = 'point_lookup'").fetchone()
-        assert spark[0] in ("open", "probe"), spark
+        assert spark[0] in ("open", "probe"), (
+            spark, [line for line in routed.log_tail if "failing over" in line])
+        lookups(conn, 4, 51)
         assert set(last_engines(conn, "failover", 5)) == {"trino"}
         engine_estate.restart("spark")
         deadline = time.time() + 120
@@ -415,7 +419,7 @@ def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_comes_bac
     working, and once Trino is back the same session reads from it again."""
     sql = ("SELECT a.id, b.id AS other, a.note FROM typed a CROSS JOIN typed b "
            "CROSS JOIN (SELECT 1 FROM typed LIMIT 40) c")  # 10 M rows: never buffered whole
-    with pin(engine_estate, "trino") as conn:
+    with engine_estate.running_after("trino"), pin(engine_estate, "trino") as conn:
         got = 0
         started = None
         with pytest.raises(psycopg.Error) as failed:
@@ -423,7 +427,7 @@ def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_comes_bac
                 for _ in cur.stream(sql):
                     got += 1
                     if got == 1000:
-                        os.kill(engine_estate.pid("trino"), signal.SIGKILL)
+                        engine_estate.kill("trino")
                         started = time.monotonic()
         elapsed = time.monotonic() - started
         print(f"trino killed after {got} rows: the stream failed {elapsed:.2f}s later")
@@ -451,7 +455,7 @@ def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_and_comes_bac
 
 @pytest.mark.parametrize("engine", ["trino", "spark"])
 def test_a_killed_pinned_engine_fails_fast_and_the_rest_keeps_serving(engine_estate, engine):
-    os.kill(engine_estate.pid(engine), signal.SIGKILL)
+    engine_estate.kill(engine)
     time.sleep(0.5)
     with pin(engine_estate, engine) as conn:
         started = time.monotonic()

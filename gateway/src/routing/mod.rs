@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::profile::{QueryProfile, Shape};
 use admission::Admission;
 use rules::{Asker, GroupSpec, RoutingTable};
+pub use stats::Outcome;
 use stats::{BreakerState, Expected, Stats, size_bucket};
 
 /// A candidate with fewer observations than this may be explored whatever its estimate.
@@ -328,15 +329,16 @@ impl Router {
             if r.engine.is_empty() || r.error.is_some() || shape == Shape::Metadata {
                 continue;
             }
-            self.record(&r.engine, shape, r.scan_bytes, Some(r.millis));
+            self.record(&r.engine, shape, r.scan_bytes, Outcome::Answered(r.millis));
             n += 1;
         }
         n
     }
 
-    /// Records a finished query (`None`: failed for the engine's reasons).
-    pub fn record(&self, engine: &str, shape: Shape, bytes: u64, ms: Option<f64>) {
-        self.stats.record(engine, shape, size_bucket(bytes), ms);
+    /// Records how a query went on `engine`.
+    pub fn record(&self, engine: &str, shape: Shape, bytes: u64, outcome: Outcome) {
+        self.stats
+            .record(engine, shape, size_bucket(bytes), outcome);
     }
 
     /// Re-reads the rules folder when its files change; a bad edit is logged and the rules in
@@ -438,7 +440,7 @@ mod tests {
         assert_eq!(group.explore, 0.0, "no random exploration in this group");
         // The accelerated engine had a bad streak; datafusion keeps answering.
         for _ in 0..5 {
-            router.record("accelerated", Shape::PointLookup, 0, Some(3.0));
+            router.record("accelerated", Shape::PointLookup, 0, Outcome::Answered(3.0));
         }
         router.stats.age(
             "accelerated",
@@ -447,7 +449,7 @@ mod tests {
             stats::REVISIT_AFTER * 2,
         );
         for _ in 0..5 {
-            router.record("datafusion", Shape::PointLookup, 0, Some(0.5));
+            router.record("datafusion", Shape::PointLookup, 0, Outcome::Answered(0.5));
         }
         let (order, pick) = router.order(&group, Shape::PointLookup, 0, false);
         assert_eq!(
@@ -468,7 +470,7 @@ mod tests {
         );
         // The retry found it fast: it wins on its merits from now on.
         for _ in 0..5 {
-            router.record("accelerated", Shape::PointLookup, 0, Some(0.1));
+            router.record("accelerated", Shape::PointLookup, 0, Outcome::Answered(0.1));
         }
         let (order, pick) = router.order(&group, Shape::PointLookup, 0, true);
         assert_eq!(
@@ -489,20 +491,25 @@ mod tests {
                 .clone()
         };
         for _ in 0..9 {
-            router.record("datafusion", Shape::PointLookup, 0, Some(1.0));
-            router.record("accelerated", Shape::PointLookup, 0, Some(1.05));
-            router.record("duckdb", Shape::PointLookup, 0, Some(0.9));
+            router.record("datafusion", Shape::PointLookup, 0, Outcome::Answered(1.0));
+            router.record(
+                "accelerated",
+                Shape::PointLookup,
+                0,
+                Outcome::Answered(1.05),
+            );
+            router.record("duckdb", Shape::PointLookup, 0, Outcome::Answered(0.9));
         }
         // Within 20% of the fastest: the group's first choice, not the one 0.15 ms faster.
         assert_eq!(first(&router), "accelerated");
         for _ in 0..9 {
-            router.record("accelerated", Shape::PointLookup, 0, Some(3.0));
+            router.record("accelerated", Shape::PointLookup, 0, Outcome::Answered(3.0));
         }
         // The memory copy slowed down for real: the fastest of the rest, by the group's order
         // among those as fast.
         assert_eq!(first(&router), "datafusion");
         for _ in 0..9 {
-            router.record("duckdb", Shape::PointLookup, 0, Some(0.3));
+            router.record("duckdb", Shape::PointLookup, 0, Outcome::Answered(0.3));
         }
         assert_eq!(
             first(&router),
@@ -516,7 +523,7 @@ mod tests {
         let router = Router::new(None, &["datafusion", "duckdb"], "datafusion").expect("router");
         let group = router.table().groups["default"].clone();
         for _ in 0..5 {
-            router.record("datafusion", Shape::Scan, 0, Some(0.5));
+            router.record("datafusion", Shape::Scan, 0, Outcome::Answered(0.5));
         }
         for _ in 0..3 {
             let (order, pick) = router.order(&group, Shape::Scan, 0, true);

@@ -224,6 +224,26 @@ const COOLDOWN: Duration = Duration::from_secs(5);
 /// Longest cool-down after repeated failed probes.
 const MAX_COOLDOWN: Duration = Duration::from_secs(30);
 
+/// How a statement went on an engine, as the router learns it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome {
+    /// It answered, in this many ms (to the last batch).
+    Answered(f64),
+    /// It failed for the engine's reasons: [`TRIP_AFTER`] in a row open its breaker.
+    Failed,
+    /// It could not be connected to (not running there): its breaker opens at once.
+    Unreachable,
+}
+
+impl Outcome {
+    fn ms(self) -> Option<f64> {
+        match self {
+            Self::Answered(ms) => Some(ms),
+            Self::Failed | Self::Unreachable => None,
+        }
+    }
+}
+
 /// What the router expects of an engine for a statement.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Expected {
@@ -248,8 +268,9 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Records one query's outcome on `engine` (`None`: it failed for the engine's reasons).
-    pub fn record(&self, engine: &str, shape: Shape, bucket: u8, ms: Option<f64>) {
+    /// Records one query's outcome on `engine`.
+    pub fn record(&self, engine: &str, shape: Shape, bucket: u8, outcome: Outcome) {
+        let ms = outcome.ms();
         {
             let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
             let by_shape = match observed.get_mut(engine) {
@@ -279,10 +300,14 @@ impl Stats {
                         cooldown,
                     }
                 }
-                Breaker::Closed if h.consecutive_failures >= TRIP_AFTER => Breaker::Open {
-                    until: Instant::now() + COOLDOWN,
-                    cooldown: COOLDOWN,
-                },
+                Breaker::Closed
+                    if h.consecutive_failures >= TRIP_AFTER || outcome == Outcome::Unreachable =>
+                {
+                    Breaker::Open {
+                        until: Instant::now() + COOLDOWN,
+                        cooldown: COOLDOWN,
+                    }
+                }
                 other => other,
             };
         }
@@ -408,7 +433,7 @@ mod tests {
         assert_eq!(cold.samples, 0);
         assert!(cold.ms > 200.0);
         for _ in 0..10 {
-            s.record("trino", Shape::PointLookup, 0, Some(20.0));
+            s.record("trino", Shape::PointLookup, 0, Outcome::Answered(20.0));
         }
         let warm = s.expected("trino", Shape::PointLookup, 1000);
         assert_eq!(warm.samples, 10);
@@ -416,10 +441,26 @@ mod tests {
     }
 
     #[test]
+    fn an_engine_that_cannot_be_connected_to_is_taken_out_at_once() {
+        let s = Stats::default();
+        s.record("trino", Shape::Scan, 0, Outcome::Failed);
+        assert_eq!(
+            s.breaker("trino"),
+            Breaker::Closed,
+            "one failure is not a pattern"
+        );
+        s.record("spark", Shape::Scan, 0, Outcome::Unreachable);
+        assert!(matches!(s.breaker("spark"), Breaker::Open { .. }));
+        assert!(!s.admit("spark"));
+        s.record("spark", Shape::Scan, 0, Outcome::Answered(50.0));
+        assert_eq!(s.breaker("spark"), Breaker::Closed);
+    }
+
+    #[test]
     fn breaker_opens_after_failures_and_probes_back() {
         let s = Stats::default();
         for _ in 0..TRIP_AFTER {
-            s.record("spark", Shape::Scan, 0, None);
+            s.record("spark", Shape::Scan, 0, Outcome::Failed);
         }
         assert!(matches!(s.breaker("spark"), Breaker::Open { .. }));
         assert!(!s.admit("spark"));
@@ -432,7 +473,7 @@ mod tests {
         }
         assert!(s.admit("spark"), "the probe goes through");
         assert!(!s.admit("spark"), "only one probe at a time");
-        s.record("spark", Shape::Scan, 0, Some(100.0));
+        s.record("spark", Shape::Scan, 0, Outcome::Answered(100.0));
         assert_eq!(s.breaker("spark"), Breaker::Closed);
         assert!(s.admit("spark"));
     }
@@ -441,12 +482,16 @@ mod tests {
     fn failures_raise_the_expected_latency() {
         let s = Stats::default();
         for i in 0..10 {
-            s.record("duckdb", Shape::Scan, 0, Some(10.0));
+            s.record("duckdb", Shape::Scan, 0, Outcome::Answered(10.0));
             s.record(
                 "trino",
                 Shape::Scan,
                 0,
-                if i % 2 == 0 { None } else { Some(5.0) },
+                if i % 2 == 0 {
+                    Outcome::Failed
+                } else {
+                    Outcome::Answered(5.0)
+                },
             );
         }
         assert!(s.expected("trino", Shape::Scan, 0).ms > s.expected("duckdb", Shape::Scan, 0).ms);
@@ -456,16 +501,21 @@ mod tests {
     fn a_lone_slow_query_does_not_move_the_estimate_a_slowdown_does() {
         let s = Stats::default();
         for _ in 0..12 {
-            s.record("accelerated", Shape::PointLookup, 0, Some(0.2));
+            s.record("accelerated", Shape::PointLookup, 0, Outcome::Answered(0.2));
         }
         // A 40 ms hiccup among fast answers: an average would read ~12 ms for a while.
-        s.record("accelerated", Shape::PointLookup, 0, Some(40.0));
-        s.record("accelerated", Shape::PointLookup, 0, Some(0.2));
+        s.record(
+            "accelerated",
+            Shape::PointLookup,
+            0,
+            Outcome::Answered(40.0),
+        );
+        s.record("accelerated", Shape::PointLookup, 0, Outcome::Answered(0.2));
         let after_hiccup = s.expected("accelerated", Shape::PointLookup, 0).ms;
         assert!((after_hiccup - 0.2).abs() < 0.01, "{after_hiccup}");
         // Five slow answers in a row are a slowdown: the estimate follows.
         for _ in 0..5 {
-            s.record("accelerated", Shape::PointLookup, 0, Some(9.0));
+            s.record("accelerated", Shape::PointLookup, 0, Outcome::Answered(9.0));
         }
         let slowed = s.expected("accelerated", Shape::PointLookup, 0).ms;
         assert!((slowed - 9.0).abs() < 0.01, "{slowed}");
@@ -479,7 +529,7 @@ mod tests {
             "never observed: not stale"
         );
         assert!(!s.claim_revisit("duckdb", Shape::Scan, 0));
-        s.record("duckdb", Shape::Scan, 0, Some(3.0));
+        s.record("duckdb", Shape::Scan, 0, Outcome::Answered(3.0));
         assert!(!s.expected("duckdb", Shape::Scan, 0).stale, "just observed");
         s.age(
             "duckdb",

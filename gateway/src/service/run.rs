@@ -18,9 +18,9 @@ use super::output_names;
 use super::plan::{Plan, Route};
 use crate::error::{Error, Result};
 use crate::profile::Shape;
-use crate::routing::Router;
 use crate::routing::admission::Slot;
 use crate::routing::rules::GroupSpec;
+use crate::routing::{Outcome, Router};
 
 /// A plan's answer as its engine started to give it.
 pub(crate) struct Ran {
@@ -153,7 +153,13 @@ impl GatewayService {
                     });
                 }
                 Err(e) if engine_fault(e.kind()) => {
-                    self.router.record(&name, shape, bytes, None);
+                    let outcome = match &e {
+                        Error::Engine(lakegate_engines::Error::EngineUnreachable { .. }) => {
+                            Outcome::Unreachable
+                        }
+                        _ => Outcome::Failed,
+                    };
+                    self.router.record(&name, shape, bytes, outcome);
                     if routed && more {
                         warn!(
                             query_id,
@@ -345,7 +351,8 @@ fn tracked(stream: SendableRecordBatchStream, held: Held) -> SendableRecordBatch
                 if let Some(h) = held.take()
                     && engine_fault(lakegate_engines::error::datafusion_kind(&e))
                 {
-                    h.router.record(&h.engine, h.shape, h.bytes, None);
+                    h.router
+                        .record(&h.engine, h.shape, h.bytes, Outcome::Failed);
                 }
                 Some((Err(e), (stream, held)))
             }
@@ -354,7 +361,8 @@ fn tracked(stream: SendableRecordBatchStream, held: Held) -> SendableRecordBatch
                     && h.learn
                 {
                     let ms = h.started.elapsed().as_secs_f64() * 1000.0;
-                    h.router.record(&h.engine, h.shape, h.bytes, Some(ms));
+                    h.router
+                        .record(&h.engine, h.shape, h.bytes, Outcome::Answered(ms));
                 }
                 None
             }
