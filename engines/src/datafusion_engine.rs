@@ -4,6 +4,7 @@
 
 use std::any::Any;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arrow::datatypes::{DataType, Field, Schema};
 use async_trait::async_trait;
@@ -24,7 +25,7 @@ use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 
 use crate::accel::Accelerator;
-use crate::engine::{Described, Engine, EngineRequest, Pins, Settings};
+use crate::engine::{Described, Engine, EngineRequest, Pins, Settings, Started};
 use crate::error::{Error, Result};
 use crate::lake::{Directory, Lake};
 
@@ -467,6 +468,11 @@ impl Engine for DataFusionEngine {
     }
 
     async fn execute(&self, request: EngineRequest<'_>) -> Result<SendableRecordBatchStream> {
+        Ok(self.start(request).await?.stream)
+    }
+
+    async fn start(&self, request: EngineRequest<'_>) -> Result<Started> {
+        let began = Instant::now();
         let key = self.plans.key(&request);
         let kept = match key.and_then(|k| self.plans.get(k, &request)) {
             Some(kept) => kept,
@@ -483,11 +489,20 @@ impl Engine for DataFusionEngine {
                             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Dml(_)
                         ) {
                             let df = ctx.execute_logical_plan(plan).await?;
-                            return Ok(df.execute_stream().await?);
+                            let planning = began.elapsed();
+                            return Ok(Started {
+                                stream: df.execute_stream().await?,
+                                planning,
+                            });
                         }
                         let state = ctx.state();
                         let task = Arc::new(TaskContext::from(&state));
-                        return run(&state.optimize(&plan)?, &state, &task).await;
+                        let optimized = state.optimize(&plan)?;
+                        let planning = began.elapsed();
+                        return Ok(Started {
+                            stream: run(&optimized, &state, &task).await?,
+                            planning,
+                        });
                     }
                 }
             }
@@ -498,7 +513,11 @@ impl Engine for DataFusionEngine {
                 .state
                 .optimize(&bind(kept.plan.clone(), request.params)?)?,
         };
-        run(&optimized, &kept.state, &kept.task).await
+        let planning = began.elapsed();
+        Ok(Started {
+            stream: run(&optimized, &kept.state, &kept.task).await?,
+            planning,
+        })
     }
 }
 

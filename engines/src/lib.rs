@@ -82,6 +82,6 @@ pub mod trino;
 pub mod units;
 pub mod verified;
 
-pub use engine::{Engine, EngineRef, EngineRequest, Pins, Settings};
+pub use engine::{Engine, EngineRef, EngineRequest, Pins, Settings, Started};
 pub use error::{Error, ErrorKind, Result};
 pub use lake::{Lake, LakeConfig, ResolvedTable, TableVersion};

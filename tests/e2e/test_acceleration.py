@@ -172,6 +172,7 @@ def test_a_routed_session_is_answered_from_memory(serving):
                                 (i + 1,)).fetchall() == [(i + 1,)]
         plan = dict(conn.execute(
             "EXPLAIN ROUTE SELECT * FROM serving.events WHERE event_id = 1").fetchall())
+        print(f"routed after the session: {plan}")
         assert plan["choice"] == "accelerated", plan
         other = dict(conn.execute("EXPLAIN ROUTE SELECT * FROM public.orders").fetchall())
         assert "public.orders is not accelerated" in other["declined by accelerated"], other

@@ -10,7 +10,7 @@ use datafusion::common::ParamValues;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
-use lakegate_engines::{EngineRef, EngineRequest, ErrorKind};
+use lakegate_engines::{EngineRef, EngineRequest, ErrorKind, Started};
 use tracing::{debug, warn};
 
 use super::GatewayService;
@@ -126,12 +126,17 @@ impl GatewayService {
                 },
                 lists_catalog: plan.resolved.catalog,
             };
-            let started = Instant::now();
+            let mut started = Instant::now();
             // A statement that also sets the engine up (DuckDB's opening) teaches the router
             // nothing about the engine's speed.
             let learn = engine.ready();
             let outcome = match execute_on(engine, request, plan.rewrites.names.as_deref()).await {
-                Ok(stream) => first_batch(stream).await,
+                Ok((stream, planning)) => {
+                    // The router learns the engine's work, not DataFusion's planning (see
+                    // `Started::planning`).
+                    started += planning;
+                    first_batch(stream).await
+                }
                 Err(e) => Err(e),
             };
             match outcome {
@@ -331,6 +336,7 @@ struct Held {
     engine: String,
     shape: Shape,
     bytes: u64,
+    /// When the engine began its work (after DataFusion's planning).
     started: Instant,
     /// Report the latency (not for a statement that also set the engine up).
     learn: bool,
@@ -371,15 +377,17 @@ fn tracked(stream: SendableRecordBatchStream, held: Held) -> SendableRecordBatch
     Box::pin(RecordBatchStreamAdapter::new(schema, rows.fuse()))
 }
 
-/// Runs a request on `engine`, with PostgreSQL's output column names.
+/// Runs a request on `engine`, with PostgreSQL's output column names; with the time its
+/// planning took ([`lakegate_engines::Started::planning`]).
 async fn execute_on(
     engine: &EngineRef,
     request: EngineRequest<'_>,
     names: Option<&[String]>,
-) -> Result<SendableRecordBatchStream> {
-    let stream = engine.execute(request).await?;
-    Ok(match names {
+) -> Result<(SendableRecordBatchStream, Duration)> {
+    let Started { stream, planning } = engine.start(request).await?;
+    let stream = match names {
         Some(names) => output_names::rename_stream(stream, names),
         None => stream,
-    })
+    };
+    Ok((stream, planning))
 }
