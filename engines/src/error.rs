@@ -137,9 +137,10 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// An engine refused or did not accept a connection: it is not running there. The router
-    /// takes it out at once (its breaker opens) rather than after repeated failures.
-    #[error("engine {engine} is unavailable: cannot connect to {reason}")]
+    /// An engine refused a connection or dropped it under a request: it is not running
+    /// there. The router takes it out at once (its breaker opens) rather than after repeated
+    /// failures.
+    #[error("engine {engine} is unavailable: no connection to {reason}")]
     EngineUnreachable {
         /// The engine's name.
         engine: String,
