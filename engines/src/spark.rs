@@ -190,10 +190,7 @@ impl SparkEngine {
         grpc.ready().await.map_err(|e| {
             self.configured
                 .store(false, std::sync::atomic::Ordering::Release);
-            Error::EngineUnreachable {
-                engine: "spark".into(),
-                reason: format!("{} ({e})", self.options.url),
-            }
+            unreachable_at(&self.options.url, e)
         })?;
         let response = grpc
             .server_streaming(
@@ -263,16 +260,21 @@ impl SparkEngine {
     }
 }
 
+/// Spark Connect at `url` has no connection (refused, reset, broken: `e` says which).
+fn unreachable_at(url: &str, e: impl std::fmt::Display) -> Error {
+    Error::EngineUnreachable {
+        engine: "spark".into(),
+        reason: format!("{url} ({e})"),
+    }
+}
+
 /// A gRPC status from Spark Connect as an error: transport trouble is "unavailable" (fail
 /// over), the rest is classified by Spark's error class.
 fn status_to_error(url: &str, status: &tonic::Status) -> Error {
     use tonic::Code;
     let message = status.message().to_string();
     if crate::error::connection_lost(status) {
-        return Error::EngineUnreachable {
-            engine: "spark".into(),
-            reason: format!("{url} ({message})"),
-        };
+        return unreachable_at(url, message);
     }
     let kind = match status.code() {
         Code::Unavailable => None,

@@ -258,6 +258,20 @@ pub struct Expected {
 /// One engine's observations by (shape, scan-size bucket).
 type ByShape = HashMap<(Shape, u8), Observed>;
 
+/// `engine`'s entry of `map`, made by `make` the first time: the engine's name is copied into
+/// a key only then (a statement's outcome is recorded under a name the map already has).
+fn by_engine<'m, V>(
+    map: &'m mut HashMap<String, V>,
+    engine: &str,
+    make: impl FnOnce() -> V,
+) -> &'m mut V {
+    if !map.contains_key(engine) {
+        map.insert(engine.to_string(), make());
+    }
+    map.get_mut(engine)
+        .expect("the entry is there: inserted just above when missing")
+}
+
 /// Everything observed, shared by all sessions.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -273,20 +287,16 @@ impl Stats {
         let ms = outcome.ms();
         {
             let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
-            let by_shape = match observed.get_mut(engine) {
-                Some(by_shape) => by_shape,
-                None => observed.entry(engine.to_string()).or_default(),
-            };
-            by_shape.entry((shape, bucket)).or_default().record(ms);
+            by_engine(&mut observed, engine, ByShape::default)
+                .entry((shape, bucket))
+                .or_default()
+                .record(ms);
         }
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let h = match health.get_mut(engine) {
-            Some(h) => h,
-            None => health.entry(engine.to_string()).or_insert(EngineHealth {
-                breaker: Breaker::Closed,
-                consecutive_failures: 0,
-            }),
-        };
+        let h = by_engine(&mut health, engine, || EngineHealth {
+            breaker: Breaker::Closed,
+            consecutive_failures: 0,
+        });
         if ms.is_some() {
             h.consecutive_failures = 0;
             h.breaker = Breaker::Closed;
