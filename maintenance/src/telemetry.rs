@@ -4,6 +4,7 @@
 //! [`Heat`]: per table and per predicate, decayed over time.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -118,8 +119,38 @@ impl Decayed {
 struct TableHeat {
     reads: Decayed,
     columns: HashMap<String, Decayed>,
-    predicates: Vec<(String, Predicate, Decayed)>,
+    predicates: Vec<(Predicate, Decayed)>,
     latency_ms: Option<f64>,
+}
+
+impl TableHeat {
+    /// One read under `p` at `when`: added to its entry, or a new entry when there is room
+    /// or the coldest one is colder than a single read now.
+    fn add_predicate(&mut self, p: &Predicate, when: f64, hl: f64) {
+        if let Some((_, d)) = self.predicates.iter_mut().find(|(q, _)| q == p) {
+            d.add(1.0, when, hl);
+            return;
+        }
+        let mut fresh = Decayed::default();
+        fresh.add(1.0, when, hl);
+        if self.predicates.len() < PREDICATES_PER_TABLE {
+            self.predicates.push((p.clone(), fresh));
+            return;
+        }
+        // Full: the new predicate replaces the coldest one if that is colder still (an app's
+        // distinct point lookups arrive at every statement; sorting the list each time cost
+        // more than planning).
+        let weight = fresh.at(when, hl);
+        if let Some((_, coldest)) = self
+            .predicates
+            .iter_mut()
+            .map(|entry| (entry.1.at(when, hl), entry))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .filter(|(cold, _)| *cold < weight)
+        {
+            *coldest = (p.clone(), fresh);
+        }
+    }
 }
 
 /// How hot each table, column and predicate is.
@@ -127,6 +158,8 @@ struct TableHeat {
 pub struct Heat {
     half_life: f64,
     tables: HashMap<String, TableHeat>,
+    /// A table's key being looked up (its buffer reused).
+    key: String,
 }
 
 /// One table's heat, as the planner sees it.
@@ -147,12 +180,22 @@ pub fn table_key(namespace: &str, table: &str) -> String {
     format!("{namespace}.{table}")
 }
 
+/// `name` in lower case, borrowed when it already is.
+fn lowercase(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().any(char::is_uppercase) {
+        std::borrow::Cow::Owned(name.to_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
+
 impl Heat {
     /// Empty, fading with `half_life`.
     pub fn new(half_life: std::time::Duration) -> Self {
         Self {
             half_life: half_life.as_secs_f64().max(1.0),
             tables: HashMap::new(),
+            key: String::new(),
         }
     }
 
@@ -161,7 +204,15 @@ impl Heat {
         let hl = self.half_life;
         let single = event.observation.tables.len() == 1;
         for (ns, t) in &event.observation.tables {
-            let heat = self.tables.entry(table_key(ns, t)).or_default();
+            // Looked up before a key is made: every statement of an app reads the same few
+            // tables and columns, and formatting their names per event cost more than the
+            // arithmetic.
+            self.key.clear();
+            let _ = write!(self.key, "{ns}.{t}");
+            let heat = match self.tables.get_mut(self.key.as_str()) {
+                Some(heat) => heat,
+                None => self.tables.entry(self.key.clone()).or_default(),
+            };
             heat.reads.add(1.0, event.at, hl);
             heat.latency_ms = Some(match heat.latency_ms {
                 Some(l) => 0.8 * l + 0.2 * event.millis,
@@ -176,40 +227,16 @@ impl Heat {
                 for c in columns {
                     // Column names are unqualified; with several tables they may belong to
                     // any of them, and the planner ignores names a table does not have.
-                    heat.columns
-                        .entry(c.to_lowercase())
-                        .or_default()
-                        .add(w, event.at, hl);
+                    let name = lowercase(c);
+                    let column = match heat.columns.get_mut(&*name) {
+                        Some(column) => column,
+                        None => heat.columns.entry(name.into_owned()).or_default(),
+                    };
+                    column.add(w, event.at, hl);
                 }
             }
             if single && let Some(p) = &event.observation.predicate {
-                let key = p.to_string();
-                match heat.predicates.iter_mut().find(|(k, _, _)| *k == key) {
-                    Some((_, _, d)) => d.add(1.0, event.at, hl),
-                    None => {
-                        let mut d = Decayed::default();
-                        d.add(1.0, event.at, hl);
-                        let entry = (key, p.clone(), d);
-                        if heat.predicates.len() < PREDICATES_PER_TABLE {
-                            heat.predicates.push(entry);
-                        } else {
-                            // Full: the new predicate replaces the coldest one if that is
-                            // colder still (an app's distinct point lookups arrive at every
-                            // statement; sorting the list each time cost more than planning).
-                            let now = event.at;
-                            let fresh = entry.2.at(now, hl);
-                            if let Some(coldest) = heat
-                                .predicates
-                                .iter_mut()
-                                .map(|p| (p.2.at(now, hl), p))
-                                .min_by(|a, b| a.0.total_cmp(&b.0))
-                                .filter(|(weight, _)| *weight < fresh)
-                            {
-                                *coldest.1 = entry;
-                            }
-                        }
-                    }
-                }
+                heat.add_predicate(p, event.at, hl);
             }
         }
     }
@@ -230,7 +257,7 @@ impl Heat {
         let mut predicates: Vec<(Predicate, f64)> = h
             .predicates
             .iter()
-            .map(|(_, p, d)| (p.clone(), d.at(now, hl)))
+            .map(|(p, d)| (p.clone(), d.at(now, hl)))
             .collect();
         predicates.sort_by(|a, b| b.1.total_cmp(&a.1));
         TableHeatView {
@@ -307,6 +334,19 @@ mod tests {
         assert!((v.reads - 3.5).abs() < 0.01);
         assert_eq!(v.predicates.len(), 2);
         assert_eq!(heat.view("s.other").reads, 0.0);
+    }
+
+    #[test]
+    fn a_column_written_in_another_case_is_the_same_column() {
+        let mut heat = Heat::new(std::time::Duration::from_secs(3600));
+        let now = now_secs();
+        heat.record(&event("Customer_ID", now));
+        heat.record(&event("customer_id", now));
+        let v = heat.view(&table_key("s", "orders"));
+        let names: Vec<&str> = v.columns.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(names, ["customer_id", "region"]);
+        assert!((v.columns[0].1 - 2.0).abs() < 0.01, "{:?}", v.columns);
+        assert!((v.reads - 2.0).abs() < 0.01);
     }
 
     fn lookup(id: i64, at: f64) -> Event {

@@ -179,12 +179,7 @@ impl Plan {
     /// consults no router). A group lists only configured engines (the routing table keeps
     /// no other). `claim` as in [`Router::order`].
     pub fn order(&self, router: &Router, claim: bool) -> Order {
-        let (candidates, pick) = router.order(
-            &self.decision.group,
-            self.profile.shape,
-            self.scan_bytes(),
-            claim,
-        );
+        let (candidates, pick) = self.candidates(router, claim);
         let engines = match &self.fixed_engine {
             Some(engine) => vec![engine.clone()],
             None => candidates.iter().map(|c| c.engine.clone()).collect(),
@@ -201,8 +196,24 @@ impl Plan {
     pub fn engines(&self, router: &Router) -> Vec<String> {
         match &self.fixed_engine {
             Some(engine) => vec![engine.clone()],
-            None => self.order(router, true).engines,
+            // The candidates' names moved out, not copied (this runs for every statement).
+            None => self
+                .candidates(router, true)
+                .0
+                .into_iter()
+                .map(|c| c.engine)
+                .collect(),
         }
+    }
+
+    /// The router's order of the group's candidates for this plan now.
+    fn candidates(&self, router: &Router, claim: bool) -> (Vec<Candidate>, Pick) {
+        router.order(
+            &self.decision.group,
+            self.profile.shape,
+            self.scan_bytes(),
+            claim,
+        )
     }
 
     /// The statement as written, with PostgreSQL's output names.
