@@ -141,12 +141,12 @@ impl Optimized {
             return Some(Ok(self.plan.clone()));
         };
         let bound = if self.in_filters_only {
-            bind_filters(self.plan.clone(), params)
+            // The values' casts are in the filters too: folded in the same pass.
+            bind_filters(self.plan.clone(), params, self.casts_values)
         } else {
-            self.plan.clone().replace_params_with_values(params)
-        };
-        Some(
-            bound
+            self.plan
+                .clone()
+                .replace_params_with_values(params)
                 .and_then(|bound| {
                     if self.casts_values {
                         fold_casts(bound)
@@ -154,18 +154,22 @@ impl Optimized {
                         Ok(bound)
                     }
                 })
-                .map_err(Into::into),
-        )
+        };
+        Some(bound.map_err(Into::into))
     }
 }
 
 /// `plan` with `params` bound into its filters, the only nodes holding placeholders: what
 /// `replace_params_with_values` gives when each value has its placeholder's type, without its
 /// per-node work (inferring types, preserving names, recomputing every schema), which a filter
-/// does not need (its schema is its input's; a scan's is its table's).
+/// does not need (its schema is its input's; a scan's is its table's). With `fold`, each cast
+/// of a value is folded in the same pass ([`fold_cast`]): only the bound values are casts of
+/// values after optimising (the optimiser folded the rest, or left a cast that fails), and
+/// they are all in these nodes.
 fn bind_filters(
     plan: LogicalPlan,
     params: &ParamValues,
+    fold: bool,
 ) -> datafusion::common::Result<LogicalPlan> {
     plan.transform_up(|node| {
         if !matches!(node, LogicalPlan::Filter(_) | LogicalPlan::TableScan(_)) {
@@ -177,6 +181,7 @@ fn bind_filters(
                     let (value, metadata) = params.get_placeholders_with_values(&id)?.into_inner();
                     Ok(Transformed::yes(Expr::Literal(value, metadata)))
                 }
+                Expr::Cast(cast) if fold => Ok(fold_cast(cast)),
                 e => Ok(Transformed::no(e)),
             })
         })
@@ -229,24 +234,26 @@ fn fold_casts(plan: LogicalPlan) -> datafusion::common::Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|node| {
         node.map_expressions(|e| {
             e.transform_up(|e| match e {
-                Expr::Cast(Cast { expr, data_type }) => match *expr {
-                    Expr::Literal(value, metadata) => match value.cast_to(&data_type) {
-                        Ok(folded) => Ok(Transformed::yes(Expr::Literal(folded, None))),
-                        Err(_) => Ok(Transformed::no(Expr::Cast(Cast::new(
-                            Box::new(Expr::Literal(value, metadata)),
-                            data_type,
-                        )))),
-                    },
-                    expr => Ok(Transformed::no(Expr::Cast(Cast::new(
-                        Box::new(expr),
-                        data_type,
-                    )))),
-                },
+                Expr::Cast(cast) => Ok(fold_cast(cast)),
                 e => Ok(Transformed::no(e)),
             })
         })
     })
     .map(|t| t.data)
+}
+
+/// `cast` of a value folded into the value; any other cast, or one that fails, as it is.
+fn fold_cast(Cast { expr, data_type }: Cast) -> Transformed<Expr> {
+    match *expr {
+        Expr::Literal(value, metadata) => match value.cast_to(&data_type) {
+            Ok(folded) => Transformed::yes(Expr::Literal(folded, None)),
+            Err(_) => Transformed::no(Expr::Cast(Cast::new(
+                Box::new(Expr::Literal(value, metadata)),
+                data_type,
+            ))),
+        },
+        expr => Transformed::no(Expr::Cast(Cast::new(Box::new(expr), data_type))),
+    }
 }
 
 /// The types of `analyzed`'s placeholders in `$n` order, when each is `$n`, typed, without
@@ -460,6 +467,14 @@ mod tests {
                 vec![
                     vec![ScalarValue::Int32(Some(7))],
                     vec![ScalarValue::Int32(None)],
+                ],
+            ),
+            (
+                // A lifted literal (`lakegate_sql::lift`): an `integer` compared with a bigint.
+                "SELECT * FROM t WHERE column1 = CAST($1 AS INT)",
+                vec![
+                    vec![ScalarValue::Int32(Some(2))],
+                    vec![ScalarValue::Int32(Some(-5))],
                 ],
             ),
             (
