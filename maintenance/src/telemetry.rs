@@ -180,9 +180,13 @@ pub fn table_key(namespace: &str, table: &str) -> String {
     format!("{namespace}.{table}")
 }
 
-/// `name` in lower case, borrowed when it already is.
+/// `name` in lower case, borrowed when it already is (every character its own lower case).
 fn lowercase(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.chars().any(char::is_uppercase) {
+    let unchanged = |c: char| {
+        let mut lower = c.to_lowercase();
+        lower.next() == Some(c) && lower.next().is_none()
+    };
+    if !name.chars().all(unchanged) {
         std::borrow::Cow::Owned(name.to_lowercase())
     } else {
         std::borrow::Cow::Borrowed(name)
@@ -347,6 +351,18 @@ mod tests {
         assert_eq!(names, ["customer_id", "region"]);
         assert!((v.columns[0].1 - 2.0).abs() < 0.01, "{:?}", v.columns);
         assert!((v.reads - 2.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_name_is_lowered_as_to_lowercase_lowers_it() {
+        assert!(matches!(
+            lowercase("order_id"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // A title-case letter is not upper case, and still has a lower case of its own.
+        for name in ["Order_ID", "\u{1c5}x", "\u{130}d", "ÄÖ"] {
+            assert_eq!(lowercase(name), name.to_lowercase(), "{name}");
+        }
     }
 
     fn lookup(id: i64, at: f64) -> Event {
