@@ -102,6 +102,36 @@ pub struct Estimate {
     pub bound: bool,
 }
 
+/// Which engines run a plan: the one its route fixes, or the group's candidates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunsOn {
+    /// It reads no lake table, or reads the catalog or `lakegate.*`: this embedded planner.
+    Planner(String),
+    /// The session pinned this engine (`lakegate.engine`, `x-lakegate-engine`).
+    Pinned(String),
+    /// The group's candidates, ordered by the router when the plan runs ([`Plan::order`]).
+    Routed,
+}
+
+impl RunsOn {
+    /// How the engines are chosen.
+    pub fn route(&self) -> Route {
+        match self {
+            Self::Planner(_) => Route::Planner,
+            Self::Pinned(_) => Route::Pinned,
+            Self::Routed => Route::Routed,
+        }
+    }
+
+    /// The engine the route fixes; `None`: the group's candidates.
+    pub fn fixed(&self) -> Option<&str> {
+        match self {
+            Self::Planner(engine) | Self::Pinned(engine) => Some(engine),
+            Self::Routed => None,
+        }
+    }
+}
+
 /// Steps 7–8's answer: the final profile, the group and how its engines are chosen.
 #[derive(Debug)]
 pub struct Decided {
@@ -109,11 +139,8 @@ pub struct Decided {
     pub profile: QueryProfile,
     /// The group and the rule.
     pub decision: Decision,
-    /// How the engines are chosen.
-    pub route: Route,
-    /// The engine when the route fixes it (the planner, a pinned engine); `None`: the group's
-    /// candidates, ordered when the plan runs.
-    pub fixed_engine: Option<String>,
+    /// Which engines run it.
+    pub runs_on: RunsOn,
 }
 
 /// The engines a plan tries, in order, as the router ordered them.
@@ -139,10 +166,8 @@ pub struct Plan {
     pub decision: Decision,
     /// Table versions and system tables.
     pub resolved: Resolved,
-    /// How the engines are chosen.
-    pub route: Route,
-    /// The engine when the route fixes it; `None`: the group's candidates ([`Plan::order`]).
-    pub fixed_engine: Option<String>,
+    /// Which engines run it.
+    pub runs_on: RunsOn,
     /// The mirror database that numbers output columns' origins (PostgreSQL clients with a
     /// catalog mirror, when [`Rewrites::origins`] is set).
     pub mirror: Option<Arc<crate::mirror::database::MirrorDb>>,
@@ -159,8 +184,7 @@ impl Plan {
         let Decided {
             profile,
             decision,
-            route,
-            fixed_engine,
+            runs_on,
         } = decided;
         Self {
             rewrites,
@@ -168,10 +192,14 @@ impl Plan {
             profile,
             decision,
             resolved,
-            route,
-            fixed_engine,
+            runs_on,
             mirror: None,
         }
+    }
+
+    /// How its engines are chosen.
+    pub fn route(&self) -> Route {
+        self.runs_on.route()
     }
 
     /// The engines to try now, in order: the fixed engine, or the group's candidates as the
@@ -180,8 +208,8 @@ impl Plan {
     /// no other). `claim` as in [`Router::order`].
     pub fn order(&self, router: &Router, claim: bool) -> Order {
         let (candidates, pick) = self.candidates(router, claim);
-        let engines = match &self.fixed_engine {
-            Some(engine) => vec![engine.clone()],
+        let engines = match self.runs_on.fixed() {
+            Some(engine) => vec![engine.to_string()],
             None => candidates.iter().map(|c| c.engine.clone()).collect(),
         };
         Order {
@@ -194,8 +222,8 @@ impl Plan {
     /// The engines to try, in order, for running the plan (see [`Plan::order`]; the router
     /// is not asked when the route fixes the engine).
     pub fn engines(&self, router: &Router) -> Vec<String> {
-        match &self.fixed_engine {
-            Some(engine) => vec![engine.clone()],
+        match self.runs_on.fixed() {
+            Some(engine) => vec![engine.to_string()],
             // The candidates' names moved out, not copied (this runs for every statement).
             None => self
                 .candidates(router, true)
@@ -526,9 +554,9 @@ pub fn decide(
     };
     let planner_only =
         resolved.pins.is_empty() || resolved.catalog || !resolved.system_tables.is_empty();
-    let (route, fixed_engine) = if planner_only {
+    let runs_on = if planner_only {
         let planner = configured.first().copied().unwrap_or("datafusion");
-        (Route::Planner, Some(planner.to_string()))
+        RunsOn::Planner(planner.to_string())
     } else if let Some(name) = ctx.engine.as_deref() {
         if !configured.contains(&name) {
             return Err(Error::EngineNotConfigured {
@@ -536,14 +564,13 @@ pub fn decide(
                 available: configured.join(", "),
             });
         }
-        (Route::Pinned, Some(name.to_string()))
+        RunsOn::Pinned(name.to_string())
     } else {
-        (Route::Routed, None)
+        RunsOn::Routed
     };
     Ok(Decided {
         profile,
         decision,
-        route,
-        fixed_engine,
+        runs_on,
     })
 }

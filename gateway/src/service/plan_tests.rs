@@ -19,7 +19,7 @@ use lakegate_engines::{ErrorKind, Pins, ResolvedTable, Settings};
 use tokio_util::sync::CancellationToken;
 
 use super::context::{Frontend, StatementContext};
-use super::plan::{Estimate, Intent, Plan, Resolved, Rewrites, Route, decide, intend};
+use super::plan::{Estimate, Intent, Plan, Resolved, Rewrites, RunsOn, decide, intend};
 use crate::error::Error;
 use crate::routing::rules::{RoutingTable, RulesFile};
 use crate::routing::{GroupChoice, Router};
@@ -462,14 +462,16 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
         NONE,
     )
     .expect("plan");
-    assert_eq!(routed.route, Route::Routed);
-    assert_eq!(routed.fixed_engine, None);
+    assert_eq!(routed.runs_on, RunsOn::Routed);
     assert_eq!(routed.engines(&router()), vec!["duckdb", "datafusion"]);
     // Catalog and constant statements: the planner only.
     let catalog = plan("alice", "SELECT 1", &[], NONE).expect("plan");
     assert_eq!(
-        (catalog.route, catalog.engines(&router())),
-        (Route::Planner, vec!["datafusion".to_string()])
+        (catalog.runs_on.clone(), catalog.engines(&router())),
+        (
+            RunsOn::Planner("datafusion".into()),
+            vec!["datafusion".to_string()]
+        )
     );
     // A pinned engine, and one this gateway does not run.
     let pinned = |engine: &str| {
@@ -483,8 +485,8 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
     };
     let trino = pinned("trino").expect("trino is configured");
     assert_eq!(
-        (trino.route, trino.engines(&router())),
-        (Route::Pinned, vec!["trino".to_string()])
+        (trino.runs_on.clone(), trino.engines(&router())),
+        (RunsOn::Pinned("trino".into()), vec!["trino".to_string()])
     );
     assert!(matches!(
         pinned("spark"),

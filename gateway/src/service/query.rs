@@ -113,7 +113,7 @@ impl GatewayService {
         r.shape = Some(plan.profile.shape);
         r.scan_bytes = plan.scan_bytes();
         r.group = plan.decision.group.name.clone();
-        r.route = Some(plan.route);
+        r.route = Some(plan.route());
         let planned_us = started.elapsed().as_micros() as u64;
         let Answer {
             stream,
@@ -126,7 +126,7 @@ impl GatewayService {
         pending.observation = self.observation(&plan, params, outcome != CacheOutcome::Hit);
         tracing::debug!(
             group = plan.decision.group.name.as_str(),
-            route = plan.route.name(),
+            route = plan.route().name(),
             engine = engine.as_str(),
             cache = outcome.name(),
             plan_us = planned_us,

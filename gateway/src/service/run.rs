@@ -44,7 +44,7 @@ impl GatewayService {
         params: Option<&ParamValues>,
         query_id: u64,
     ) -> Result<Ran> {
-        let mut slot = match plan.route {
+        let mut slot = match plan.route() {
             Route::Planner => None,
             Route::Pinned | Route::Routed => {
                 Some(self.router.admission(&plan.decision.group).enter().await?)
@@ -64,7 +64,7 @@ impl GatewayService {
             ),
         );
         let (shape, bytes) = (plan.profile.shape, plan.scan_bytes());
-        let routed = plan.route == Route::Routed;
+        let routed = plan.route() == Route::Routed;
         // Ordered only now: a cached answer never gets here, so it consults no router.
         let engines = plan.engines(&self.router);
         let count = engines.len();

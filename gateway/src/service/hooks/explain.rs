@@ -54,7 +54,7 @@ impl GatewayService {
         // The order as a run would take it now, without taking a retry that is due.
         let order = plan.order(&self.router, false);
         let mut rows = self.explain_rows(&plan, &order);
-        if plan.route != Route::Planner {
+        if plan.route() != Route::Planner {
             let described = ctx.guard(self.planned(&plan)).await?;
             rows.extend(self.exactness_rows(&plan, &order, &described));
         }
@@ -182,12 +182,12 @@ impl GatewayService {
                 e.declines(&plan.resolved.pins, reads_system).is_none()
             })
         };
-        let first = match plan.route {
+        let first = match plan.route() {
             Route::Routed => order.engines.iter().find(|n| takes(n)),
             _ => order.engines.first(),
         }
         .map_or("", String::as_str);
-        let choice = match plan.route {
+        let choice = match plan.route() {
             Route::Planner => format!(
                 "{} (reads no lake table, or the catalog / lakegate tables)",
                 self.engines.planner.name()
