@@ -177,7 +177,26 @@ pub struct TableHeatView {
 
 /// `ns.table`.
 pub fn table_key(namespace: &str, table: &str) -> String {
-    format!("{namespace}.{table}")
+    let mut key = String::new();
+    write_table_key(&mut key, namespace, table);
+    key
+}
+
+/// [`table_key`] written into `key` (a buffer reused for lookups).
+fn write_table_key(key: &mut String, namespace: &str, table: &str) {
+    key.clear();
+    let _ = write!(key, "{namespace}.{table}");
+}
+
+/// `key`'s entry of `map`, made the first time: the key is copied into the map only then
+/// (every statement of an app reads the same few tables and columns; formatting their names
+/// per event cost more than the arithmetic).
+fn entry_of<'m, V: Default>(map: &'m mut HashMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_string(), V::default());
+    }
+    map.get_mut(key)
+        .expect("the entry is there: inserted just above when missing")
 }
 
 /// `name` in lower case, borrowed when it already is (every character its own lower case).
@@ -208,15 +227,8 @@ impl Heat {
         let hl = self.half_life;
         let single = event.observation.tables.len() == 1;
         for (ns, t) in &event.observation.tables {
-            // Looked up before a key is made: every statement of an app reads the same few
-            // tables and columns, and formatting their names per event cost more than the
-            // arithmetic.
-            self.key.clear();
-            let _ = write!(self.key, "{ns}.{t}");
-            let heat = match self.tables.get_mut(self.key.as_str()) {
-                Some(heat) => heat,
-                None => self.tables.entry(self.key.clone()).or_default(),
-            };
+            write_table_key(&mut self.key, ns, t);
+            let heat = entry_of(&mut self.tables, &self.key);
             heat.reads.add(1.0, event.at, hl);
             heat.latency_ms = Some(match heat.latency_ms {
                 Some(l) => 0.8 * l + 0.2 * event.millis,
@@ -231,12 +243,7 @@ impl Heat {
                 for c in columns {
                     // Column names are unqualified; with several tables they may belong to
                     // any of them, and the planner ignores names a table does not have.
-                    let name = lowercase(c);
-                    let column = match heat.columns.get_mut(&*name) {
-                        Some(column) => column,
-                        None => heat.columns.entry(name.into_owned()).or_default(),
-                    };
-                    column.add(w, event.at, hl);
+                    entry_of(&mut heat.columns, &lowercase(c)).add(w, event.at, hl);
                 }
             }
             if single && let Some(p) = &event.observation.predicate {
