@@ -31,7 +31,11 @@ impl Pins {
 
     /// The pinned version of `schema.name`, if any.
     pub fn get(&self, schema: &str, name: &str) -> Option<&ResolvedTable> {
-        self.tables.get(&(schema.to_string(), name.to_string()))
+        // A statement pins a few tables: found by comparing, not by allocating a key.
+        self.tables
+            .iter()
+            .find(|((s, n), _)| s == schema && n == name)
+            .map(|(_, table)| table)
     }
 
     /// Every pinned table with its `(schema, name)`.

@@ -237,9 +237,9 @@ impl ResultCache {
         Self::with_hasher(config, RandomState::new())
     }
 
-    /// Whether a statement's answer depends only on the tables it reads.
-    pub fn cacheable(statement: &Statement, pins: &Pins) -> bool {
-        !pins.is_empty() && Self::is_deterministic(statement)
+    /// Whether what `rewrites` runs answers from the tables it reads at `pins` alone.
+    pub(crate) fn cacheable(rewrites: &super::rewrites::Rewrites, pins: &Pins) -> bool {
+        !pins.is_empty() && rewrites.deterministic()
     }
 
     /// Whether a statement calls no function whose answer changes by itself (`now()`, ...).
@@ -404,10 +404,21 @@ mod tests {
     #[test]
     fn only_deterministic_statements_over_lake_tables_are_cacheable() {
         // With no pinned table nothing is cacheable (catalog queries, SELECT 1).
+        let rewrites = |sql| super::super::rewrites::Rewrites::new(parse(sql), None, None);
         assert!(!ResultCache::cacheable(
-            &parse("SELECT 1"),
+            &rewrites("SELECT 1"),
             &Pins::default()
         ));
+        let pins = super::super::plan_tests::pins(&[super::super::plan_tests::table(
+            "shop",
+            "t",
+            &["a"],
+        )]);
+        assert!(ResultCache::cacheable(&rewrites("SELECT count(*) FROM t"), &pins));
+        // Decided once per rewrites: the second answer is the kept one.
+        let now = rewrites("SELECT now(), count(*) FROM t");
+        assert!(!ResultCache::cacheable(&now, &pins));
+        assert!(!ResultCache::cacheable(&now, &pins));
         let volatile = [
             "SELECT now(), count(*) FROM t",
             "SELECT * FROM t WHERE ts > current_timestamp",

@@ -591,11 +591,17 @@ impl GatewayService {
 
 /// `schema.table@snapshot` of every pinned table (`@empty`: no snapshot yet).
 pub(crate) fn snapshot_list(pins: &Pins, separator: &str) -> String {
-    pins.iter()
-        .map(|((schema, table), t)| match t.snapshot_id {
-            Some(id) => format!("{schema}.{table}@{id}"),
-            None => format!("{schema}.{table}@empty"),
-        })
-        .collect::<Vec<_>>()
-        .join(separator)
+    use std::fmt::Write;
+    // Written into one string (every statement's history record carries it).
+    let mut list = String::new();
+    for ((schema, table), t) in pins.iter() {
+        if !list.is_empty() {
+            list.push_str(separator);
+        }
+        let _ = match t.snapshot_id {
+            Some(id) => write!(list, "{schema}.{table}@{id}"),
+            None => write!(list, "{schema}.{table}@empty"),
+        };
+    }
+    list
 }

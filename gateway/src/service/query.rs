@@ -157,11 +157,10 @@ impl GatewayService {
         params: Option<&ParamValues>,
         query_id: u64,
     ) -> Result<Answer> {
-        let statement = plan.runs();
         let pins = &plan.resolved.pins;
         let cacheable = plan.decision.group.cache
             && plan.resolved.system_tables.is_empty()
-            && ResultCache::cacheable(statement, pins);
+            && ResultCache::cacheable(&plan.rewrites, pins);
         if !self.cache.enabled() || !cacheable {
             self.cache.bypass();
             let outcome = if self.cache.enabled() {

@@ -40,6 +40,9 @@ pub struct Rewrites {
     described: std::sync::Mutex<Option<ClientDescribed>>,
     /// The statement as the client wrote it, printed (for the history; at its first use).
     text: OnceLock<String>,
+    /// Whether what runs calls no volatile function (its answer may be cached; at the first
+    /// cache lookup).
+    deterministic: OnceLock<bool>,
     /// The last schema [`super::plan::Plan::with_origins`] annotated: the mirror's attributes it read, the
     /// schema and the annotated schema (a kept plan's executions annotate the same schema).
     annotated: std::sync::Mutex<Option<Annotated>>,
@@ -79,6 +82,7 @@ impl Rewrites {
             planned: OnceLock::new(),
             described: std::sync::Mutex::new(None),
             text: OnceLock::new(),
+            deterministic: OnceLock::new(),
             annotated: std::sync::Mutex::new(None),
         }
     }
@@ -95,6 +99,14 @@ impl Rewrites {
             .as_ref()
             .or(self.masked.as_ref())
             .unwrap_or(&self.statement)
+    }
+
+    /// Whether what runs calls no function whose answer changes by itself (see
+    /// [`super::cache::ResultCache::is_deterministic`]), decided once per kept plan.
+    pub(crate) fn deterministic(&self) -> bool {
+        *self
+            .deterministic
+            .get_or_init(|| super::cache::ResultCache::is_deterministic(self.runs()))
     }
 
     /// What runs, interned by `intern` the first time it is asked for.
