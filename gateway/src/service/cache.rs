@@ -409,12 +409,12 @@ mod tests {
             &rewrites("SELECT 1"),
             &Pins::default()
         ));
-        let pins = super::super::plan_tests::pins(&[super::super::plan_tests::table(
-            "shop",
-            "t",
-            &["a"],
-        )]);
-        assert!(ResultCache::cacheable(&rewrites("SELECT count(*) FROM t"), &pins));
+        let pins =
+            super::super::plan_tests::pins(&[super::super::plan_tests::table("shop", "t", &["a"])]);
+        assert!(ResultCache::cacheable(
+            &rewrites("SELECT count(*) FROM t"),
+            &pins
+        ));
         // Decided once per rewrites: the second answer is the kept one.
         let now = rewrites("SELECT now(), count(*) FROM t");
         assert!(!ResultCache::cacheable(&now, &pins));
