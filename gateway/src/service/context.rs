@@ -167,13 +167,20 @@ impl StatementContext {
     ///
     /// # Errors
     /// `work`'s own, or 57014 when interrupted.
-    pub async fn guard<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
-        // On the heap: planning and engine futures are large, and a statement nests several.
+    pub fn guard<'a, T: 'a>(
+        &'a self,
+        work: impl Future<Output = Result<T>> + 'a,
+    ) -> impl Future<Output = Result<T>> + 'a {
+        // On the heap, boxed at the call: planning and engine futures are large, a statement
+        // nests several, and the caller's future then holds a pointer instead of `work`'s
+        // whole state, which every boxing of an enclosing future would copy again.
         let work = Box::pin(work);
-        tokio::select! {
-            biased;
-            why = self.interrupted() => Err(why.error()),
-            done = work => done,
+        async move {
+            tokio::select! {
+                biased;
+                why = self.interrupted() => Err(why.error()),
+                done = work => done,
+            }
         }
     }
 

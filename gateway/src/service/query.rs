@@ -168,8 +168,10 @@ impl GatewayService {
             } else {
                 CacheOutcome::Off
             };
+            // On the heap: inline, the engine's future would be part of this one's state,
+            // copied whole into the statement's guard on every lookup, hits included.
             return Ok(Answer::ran(
-                self.run(plan, params, query_id).await?,
+                Box::pin(self.run(plan, params, query_id)).await?,
                 outcome,
             ));
         }
@@ -223,7 +225,7 @@ impl GatewayService {
                         }),
                         // Another caller computed it: run it here, streaming.
                         None => Ok(Answer::ran(
-                            self.run(plan, params, query_id).await?,
+                            Box::pin(self.run(plan, params, query_id)).await?,
                             CacheOutcome::TooLarge,
                         )),
                     }
