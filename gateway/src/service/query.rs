@@ -168,10 +168,8 @@ impl GatewayService {
             } else {
                 CacheOutcome::Off
             };
-            // On the heap: inline, the engine's future would be part of this one's state,
-            // copied whole into the statement's guard on every lookup, hits included.
             return Ok(Answer::ran(
-                Box::pin(self.run(plan, params, query_id)).await?,
+                self.run(plan, params, query_id).await?,
                 outcome,
             ));
         }
@@ -185,9 +183,9 @@ impl GatewayService {
         let computed = self
             .cache
             .get_or_compute(key, async {
-                // On the heap, made only on a miss: inline, the engine's future would be copied
-                // into every lookup's, hits included.
-                let ran = Box::pin(self.run(plan, params, query_id))
+                // `run` is boxed: made only on a miss.
+                let ran = self
+                    .run(plan, params, query_id)
                     .await
                     .map_err(|e| Uncached::Failed(Arc::new(e)))?;
                 *ran_on.lock().unwrap_or_else(|p| p.into_inner()) = Some((ran.engine, ran.queued));
@@ -225,7 +223,7 @@ impl GatewayService {
                         }),
                         // Another caller computed it: run it here, streaming.
                         None => Ok(Answer::ran(
-                            Box::pin(self.run(plan, params, query_id)).await?,
+                            self.run(plan, params, query_id).await?,
                             CacheOutcome::TooLarge,
                         )),
                     }

@@ -38,7 +38,18 @@ impl GatewayService {
     ///
     /// # Errors
     /// A full group (53300), the last engine's error when none could answer.
-    pub(crate) async fn run(
+    pub(crate) fn run<'a>(
+        &'a self,
+        plan: &'a Plan,
+        params: Option<&'a ParamValues>,
+        query_id: u64,
+    ) -> futures::future::BoxFuture<'a, Result<Ran>> {
+        // Boxed and erased: the engine's future is large, and inline it would be part of every
+        // cache lookup's state (hits included), copied whole into the statement's guard.
+        Box::pin(self.run_boxed(plan, params, query_id))
+    }
+
+    async fn run_boxed(
         &self,
         plan: &Plan,
         params: Option<&ParamValues>,
