@@ -11,6 +11,7 @@ pub mod flight;
 pub mod http;
 pub mod mcp;
 pub mod pg;
+mod threads;
 
 use std::net::SocketAddr;
 

@@ -42,7 +42,7 @@ impl Drop for Busy {
         let a = &self.0;
         a.last_ms.store(a.elapsed_ms(), Ordering::SeqCst);
         a.busy.fetch_sub(1, Ordering::SeqCst);
-        a.changed.notify_one();
+        a.wake_if_armed();
     }
 }
 
@@ -79,7 +79,17 @@ impl Activity {
         }
         let ms = timeout.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
         self.timeout_ms.store(ms, Ordering::SeqCst);
-        self.changed.notify_one();
+        self.wake_if_armed();
+    }
+
+    /// Wakes the watchdog when the timeout is armed now. Only then: it re-reads the state
+    /// whenever it wakes (a deadline that moved later is slept on again, a disarmed one is
+    /// not acted on), and waking it after every statement cost a task switch per statement
+    /// (across cores, when it ran on another worker).
+    fn wake_if_armed(&self) {
+        if self.remaining().is_some() {
+            self.changed.notify_one();
+        }
     }
 
     /// Whether the connection is TLS.

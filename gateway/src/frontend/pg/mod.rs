@@ -22,11 +22,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use handler::PgHandlers;
+
+use super::threads::ConnectionThreads;
 
 use crate::error::Result;
 
@@ -71,24 +73,41 @@ impl super::Server for PgServer {
     }
 
     async fn run(self: Box<Self>, shutdown: CancellationToken) {
+        let threads = match ConnectionThreads::start("lakegate-pg", 0, &shutdown) {
+            Ok(threads) => Some(threads),
+            Err(e) => {
+                warn!(error = %e, "no connection threads: connections served on the shared runtime");
+                None
+            }
+        };
         while let Some((socket, peer)) = super::accept(&self.listener, &shutdown, "pg.listen").await
         {
-            let activity = Arc::new(idle::Activity::default());
-            let handlers = self.handlers.for_connection(activity.clone());
+            let handlers = self.handlers.clone();
             let tls = self.tls.clone();
-            // A second descriptor of the socket, for the idle-in-transaction watchdog.
-            // Aborted when the connection task ends, even by a panic: the duplicate
-            // descriptor must not keep a dead connection's socket open.
-            let watchdog = std::os::fd::AsFd::as_fd(&socket)
-                .try_clone_to_owned()
-                .ok()
-                .map(|fd| AbortOnDrop(tokio::spawn(idle::watch(activity, fd.into()))));
-            tokio::spawn(async move {
-                let _watchdog = watchdog;
-                if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
-                    warn!(%peer, error = %e, "pg connection ended with an error");
+            let connection = move |socket: TcpStream| {
+                let activity = Arc::new(idle::Activity::default());
+                let handlers = handlers.for_connection(activity.clone());
+                // A second descriptor of the socket, for the idle-in-transaction watchdog
+                // (on the connection's thread). Aborted when the connection task ends, even
+                // by a panic: the duplicate descriptor must not keep a dead connection's
+                // socket open.
+                let watchdog = std::os::fd::AsFd::as_fd(&socket)
+                    .try_clone_to_owned()
+                    .ok()
+                    .map(|fd| AbortOnDrop(tokio::spawn(idle::watch(activity, fd.into()))));
+                async move {
+                    let _watchdog = watchdog;
+                    if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
+                        warn!(%peer, error = %e, "pg connection ended with an error");
+                    }
                 }
-            });
+            };
+            match &threads {
+                Some(threads) => threads.serve(socket, connection),
+                None => {
+                    tokio::spawn(connection(socket));
+                }
+            }
         }
         info!("pg endpoint stopped");
     }
