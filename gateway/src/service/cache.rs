@@ -305,6 +305,11 @@ impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
         self.statements.intern(statement)
     }
 
+    /// [`Self::intern`], held for planning it again ([`weight::Interned`]).
+    pub(crate) fn interned(&self, statement: &Statement) -> weight::Interned {
+        self.statements.interned(statement)
+    }
+
     /// Whether caching is on.
     pub fn enabled(&self) -> bool {
         self.config.enabled

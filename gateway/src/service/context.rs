@@ -98,6 +98,9 @@ pub struct StatementContext {
     /// this one statement (`lakegate.queries` shows it for a statement whose literals were
     /// lifted: printing the statement again would cost more than the rest of a cache hit).
     pub text: Option<std::sync::Arc<str>>,
+    /// The statement as the frontend interned it ([`super::weight::Interned`]): planning it
+    /// does not hash its tree again.
+    pub interned: Option<super::weight::Interned>,
     deadline: Option<Instant>,
     cancel: CancellationToken,
 }
@@ -121,6 +124,7 @@ impl StatementContext {
             batch: super::batch::Batch::None,
             prune_above: 0,
             text: None,
+            interned: None,
             deadline: timeout.map(|t| Instant::now() + t),
             cancel,
         }
@@ -148,6 +152,12 @@ impl StatementContext {
     /// The same context, with the statement's text as sent (see [`Self::text`]).
     pub fn with_text(mut self, text: Option<std::sync::Arc<str>>) -> Self {
         self.text = text;
+        self
+    }
+
+    /// The same context, running the statement `interned` holds (see [`Self::interned`]).
+    pub fn with_interned(mut self, interned: Option<super::weight::Interned>) -> Self {
+        self.interned = interned;
         self
     }
 

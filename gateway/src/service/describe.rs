@@ -57,7 +57,7 @@ impl GatewayService {
         ctx: &StatementContext,
     ) -> Result<Option<Described>> {
         let routing = self.router.table();
-        let (tree, _) = self.cache.intern(runs);
+        let (tree, _) = self.tree_of(runs, ctx);
         let Some((kept, r)) = self.kept_resolved(&tree, settings, ctx, &routing).await? else {
             return Ok(None);
         };

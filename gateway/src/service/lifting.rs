@@ -14,13 +14,17 @@ pub(super) fn lift(
     params: Option<&ParamValues>,
     text: Option<&str>,
 ) -> Option<(Statement, Vec<Lifted>)> {
-    // A text without a digit has no literal to lift, and one with a `$` most likely has
-    // placeholders of its own (a Parse of `… = $1`): not even a copy of its tree is made.
-    let nothing_to_lift = |t: &str| t.contains('$') || !t.bytes().any(|b| b.is_ascii_digit());
     if params.is_some() || text.is_some_and(nothing_to_lift) {
         return None;
     }
     lakegate_sql::lift::lift(statement)
+}
+
+/// Whether a statement sent as `text` is run as it is, not lifted: a text without a digit has
+/// no literal to lift, and one with a `$` most likely has placeholders of its own (a Parse of
+/// `… = $1`): not even a copy of its tree is made.
+pub(super) fn nothing_to_lift(text: &str) -> bool {
+    text.contains('$') || !text.bytes().any(|b| b.is_ascii_digit())
 }
 
 /// Lifted values as parameters, typed as PostgreSQL types the literals.

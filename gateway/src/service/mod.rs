@@ -72,6 +72,7 @@ pub use batch::{Batch, BatchVersions};
 pub use cache::{CacheConfig, CacheOutcome, ResultCache};
 pub use context::{Frontend, StatementContext};
 pub use engines::Engines;
+pub use weight::Interned;
 
 use crate::classify::{self, StatementKind};
 use crate::error::Result;
@@ -288,6 +289,19 @@ impl GatewayService {
     /// As [`Self::parse`].
     pub fn parse_shared(&self, sql: &str) -> Result<Arc<Vec<Statement>>> {
         self.parser.parse_shared(sql)
+    }
+
+    /// `statement`, sent as `text`, interned for planning it again and again
+    /// ([`StatementContext::with_interned`] with the [`Interned`] for each plan of
+    /// [`Interned::statement`]): `None` for anything but a query that is planned as it is (a
+    /// row of constants is not planned; a text whose literals may be lifted runs as their
+    /// template).
+    pub fn intern_query(&self, statement: &Statement, text: &str) -> Option<Interned> {
+        (lifting::nothing_to_lift(text)
+            && classify::kind(statement) == StatementKind::Query
+            && constant::of(statement).is_none()
+            && explain_route_target(statement).is_none())
+        .then(|| self.cache.interned(statement))
     }
 
     /// The context of a statement `session` starts now: a fresh query id, the session's user,

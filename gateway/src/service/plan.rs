@@ -296,7 +296,7 @@ impl GatewayService {
         ctx: &StatementContext,
     ) -> Result<Plan> {
         let routing = self.router.table();
-        let (tree, tree_bytes) = self.cache.intern(statement);
+        let (tree, tree_bytes) = self.tree_of(statement, ctx);
         let mut resolved = None;
         if let Some((kept, r)) = self.kept_resolved(&tree, &settings, ctx, &routing).await? {
             if kept.at(&r.pins) {
@@ -378,6 +378,19 @@ impl GatewayService {
         Ok(self
             .with_mirror(Plan::new(rewrites, decided, resolved, settings))
             .await)
+    }
+
+    /// `statement` interned: as the frontend interned it when it is that statement
+    /// ([`StatementContext::interned`]), else hashed now.
+    pub(super) fn tree_of(
+        &self,
+        statement: &Statement,
+        ctx: &StatementContext,
+    ) -> (super::weight::Tree, u64) {
+        match ctx.interned.as_ref().and_then(|i| i.of(statement)) {
+            Some(interned) => interned,
+            None => self.cache.intern(statement),
+        }
     }
 
     /// The plan kept for the statement interned as `tree` under these settings and this

@@ -125,6 +125,27 @@ impl std::hash::Hash for Tree {
     }
 }
 
+/// A statement interned once by a frontend that will plan it again and again (the extended
+/// protocol's Parse, then every Execute): planning *this* statement (the same object, found by
+/// its address, which the tree it holds keeps alive) skips hashing its tree.
+#[derive(Debug, Clone)]
+pub struct Interned {
+    tree: Tree,
+    bytes: u64,
+}
+
+impl Interned {
+    /// What runs: the interned statement (equal to the one interned).
+    pub fn statement(&self) -> &Statement {
+        &self.tree.statement
+    }
+
+    /// The tree and its estimated heap, when `statement` is this one's own.
+    pub(crate) fn of(&self, statement: &Statement) -> Option<(Tree, u64)> {
+        std::ptr::eq(self.statement(), statement).then(|| (self.tree.clone(), self.bytes))
+    }
+}
+
 /// Bytes of syntax trees the interner keeps, at most.
 const INTERNED_BYTES: u64 = 16 << 20;
 
@@ -144,6 +165,12 @@ impl Default for Statements {
 impl Statements {
     /// The shared tree equal to `statement` (kept from now on when it is new), and its
     /// estimated heap.
+    /// [`Self::intern`], held for planning it again.
+    pub(crate) fn interned(&self, statement: &Statement) -> Interned {
+        let (tree, bytes) = self.intern(statement);
+        Interned { tree, bytes }
+    }
+
     pub(crate) fn intern(&self, statement: &Statement) -> (Tree, u64) {
         if let Some(hit) = self.trees.get(statement) {
             return hit;
@@ -152,5 +179,33 @@ impl Statements {
         let interned = (Tree::new(tree.clone()), self::statement(&tree));
         self.trees.insert(tree, interned.clone());
         interned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sql: &str) -> Statement {
+        use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+        Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("parses")
+            .remove(0)
+    }
+
+    #[test]
+    fn an_interned_statement_lends_its_tree_only_to_itself() {
+        let statements = Statements::default();
+        let sql = "SELECT * FROM shop.orders WHERE order_id = $1";
+        let interned = statements.interned(&parse(sql));
+        let (tree, _) = interned
+            .of(interned.statement())
+            .expect("its own statement");
+        assert_eq!(tree, statements.intern(&parse(sql)).0);
+        // An equal statement elsewhere (an inner statement, another message's) is hashed
+        // itself: the address decides, so a tree is never lent to a statement it is not.
+        assert!(interned.of(&parse(sql)).is_none());
+        let other = parse("SELECT * FROM shop.orders WHERE customer_id = $1");
+        assert!(interned.of(&other).is_none());
     }
 }

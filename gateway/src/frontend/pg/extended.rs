@@ -28,8 +28,9 @@ use super::encode::{fields, format_options};
 use super::forward::{self, Mirrored, pg_type};
 use super::handler::{
     PgQueryHandler, Sent, aborted, answered_of, batch_of, cancel_token, described_fields_of,
-    ends_transaction, pg_error, prepared_names, session_of, to_pg_error,
+    ends_transaction, last_parsed_of, pg_error, prepared_names, session_of, to_pg_error,
 };
+use super::reparsed;
 use crate::error::Error;
 use crate::mirror::wire::Bound;
 use crate::service::{Batch, GatewayService};
@@ -82,7 +83,7 @@ fn type_placeholders(statement: &Statement, types: &[Option<Type>]) -> Option<St
 /// The statement Parse received: the parser's kept statements of the text, shared (not
 /// copied on every Parse), or a copy with its placeholders typed as the client declared them.
 #[derive(Debug, Clone)]
-enum Parsed {
+pub(super) enum Parsed {
     /// The text's statements (none, for an empty query; else one).
     Shared(Arc<Vec<Statement>>),
     /// With typed placeholders.
@@ -115,10 +116,22 @@ impl Parsed {
 #[derive(Debug, Clone)]
 pub struct PgStatement {
     statement: Parsed,
+    /// What runs, interned for planning it ([`GatewayService::intern_query`]).
+    interned: Option<crate::service::Interned>,
     /// The SQL text Parse received (it holds this one statement).
     text: Option<Arc<str>>,
     described: Option<Described>,
     mirrored: Option<Mirrored>,
+}
+
+impl PgStatement {
+    /// What runs: the interned statement, else the parsed one (none for an empty query).
+    fn runs(&self) -> Option<&Statement> {
+        self.interned
+            .as_ref()
+            .map(crate::service::Interned::statement)
+            .or_else(|| self.statement.get())
+    }
 }
 
 /// Parses and describes statements for the extended protocol.
@@ -157,6 +170,7 @@ impl PgParser {
             .map_err(pg_error)?;
         Ok(Some(PgStatement {
             statement: Parsed::Lifted(template, values.into()),
+            interned: None,
             text: Some(text),
             described: Some(described),
             mirrored: None,
@@ -180,7 +194,12 @@ impl QueryParser for PgParser {
         if let Some(lifted) = self.lifted(client, sql).await? {
             return Ok(lifted);
         }
-        let statements = self.service.parse_shared(sql).map_err(pg_error)?;
+        let last = last_parsed_of(client);
+        let remembered = last.get(sql, types);
+        let statements = match &remembered {
+            Some(r) => r.statements.clone(),
+            None => self.service.parse_shared(sql).map_err(pg_error)?,
+        };
         if statements.len() > 1 {
             return Err(to_pg_error(&Error::Syntax {
                 message: "cannot insert multiple commands into a prepared statement".into(),
@@ -189,6 +208,7 @@ impl QueryParser for PgParser {
         if statements.is_empty() {
             return Ok(PgStatement {
                 statement: Parsed::Shared(statements),
+                interned: None,
                 text: None,
                 described: None,
                 mirrored: None,
@@ -215,6 +235,7 @@ impl QueryParser for PgParser {
                     Ok(description) => {
                         return Ok(PgStatement {
                             statement: Parsed::Shared(statements),
+                            interned: None,
                             text: None,
                             described: None,
                             mirrored: Some(Mirrored {
@@ -230,21 +251,47 @@ impl QueryParser for PgParser {
                 }
             }
         }
-        let statement = match statements.first().and_then(|s| type_placeholders(s, types)) {
-            Some(typed) => Parsed::Typed(Arc::new(typed)),
-            None => Parsed::Shared(statements),
+        let parsed = match remembered {
+            Some(parsed) => parsed,
+            None => {
+                let statement = match statements.first().and_then(|s| type_placeholders(s, types)) {
+                    Some(typed) => Parsed::Typed(Arc::new(typed)),
+                    None => Parsed::Shared(statements.clone()),
+                };
+                let interned = statement
+                    .get()
+                    .and_then(|s| self.service.intern_query(s, sql));
+                let parsed = reparsed::Parsed {
+                    statements,
+                    statement,
+                    interned,
+                    text: Arc::from(sql),
+                };
+                last.put(types, parsed.clone());
+                parsed
+            }
         };
-        let text: Arc<str> = Arc::from(sql);
-        let described = match statement.get() {
-            Some(parsed) if client.transaction_status() != TransactionStatus::Error => {
+        let reparsed::Parsed {
+            statement,
+            interned,
+            text,
+            ..
+        } = parsed;
+        let runs = interned
+            .as_ref()
+            .map(crate::service::Interned::statement)
+            .or_else(|| statement.get());
+        let described = match runs {
+            Some(runs) if client.transaction_status() != TransactionStatus::Error => {
                 let mut session = session.lock().await;
                 let ctx = self
                     .service
                     .context(&session, cancel_token(client))
                     .with_batch(Batch::Fill(batch_of(client)))
-                    .with_text(Some(text.clone()));
+                    .with_text(Some(text.clone()))
+                    .with_interned(interned.clone());
                 self.service
-                    .describe(parsed, &mut session, &ctx)
+                    .describe(runs, &mut session, &ctx)
                     .await
                     .map_err(pg_error)?
             }
@@ -252,6 +299,7 @@ impl QueryParser for PgParser {
         };
         Ok(PgStatement {
             statement,
+            interned,
             text: Some(text),
             described,
             mirrored: None,
@@ -559,7 +607,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stored: &StoredStatement<PgStatement> = &portal.statement;
-        let Some(statement) = stored.statement.statement.get() else {
+        let Some(statement) = stored.statement.runs() else {
             return Ok(Response::EmptyQuery);
         };
         if client.transaction_status() == TransactionStatus::Error && !ends_transaction(statement) {
@@ -601,6 +649,7 @@ impl ExtendedQueryHandler for PgQueryHandler {
             statement,
             text: stored.statement.text.clone(),
             lifted: stored.statement.statement.lifted(),
+            interned: stored.statement.interned.clone(),
         };
         self.run(client, sent, params.as_ref(), &portal.result_column_format)
             .await

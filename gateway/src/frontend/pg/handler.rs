@@ -33,6 +33,7 @@ use super::cancel::{Cancels, PgCancel, QueryCancel};
 use super::encode::{DescribedFields, LastFields, format_options, query_response};
 use super::extended::PgParser;
 use super::idle::{Activity, Busy};
+use super::reparsed::LastParsed;
 use super::sqlstate::sqlstate;
 use super::startup::{ConnStartup, PgStartup};
 use crate::error::Error;
@@ -217,6 +218,13 @@ pub(super) fn batch_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<BatchVersions>
         .get_or_insert_with(BatchVersions::default)
 }
 
+/// The text this connection parsed last and what its Parse made ([`LastParsed`]).
+pub(super) fn last_parsed_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<LastParsed> {
+    client
+        .session_extensions()
+        .get_or_insert_with(LastParsed::default)
+}
+
 /// The row descriptions this connection's last result was sent with ([`LastFields`]).
 pub(super) fn last_fields_of<C: ClientInfo + ?Sized>(client: &C) -> Arc<LastFields> {
     client
@@ -292,6 +300,8 @@ pub(super) struct Sent<'a> {
     /// The values of the lifted template `statement` is, when the text was not parsed
     /// ([`GatewayService::lifted_shape`]).
     pub lifted: Option<&'a [Lifted]>,
+    /// `statement` as the frontend interned it ([`crate::service::Interned`]).
+    pub interned: Option<crate::service::Interned>,
 }
 
 /// Simple and extended query handling.
@@ -360,7 +370,8 @@ impl PgQueryHandler {
             .service
             .context(&session, cancel_token(client))
             .with_batch(Batch::Use(batch_of(client)))
-            .with_text(statement.text);
+            .with_text(statement.text)
+            .with_interned(statement.interned);
         let output = match statement.lifted {
             Some(values) => {
                 self.service
@@ -469,6 +480,7 @@ impl PgQueryHandler {
             statement: template,
             text: Some(Arc::from(query)),
             lifted: Some(values),
+            interned: None,
         };
         match self.run(client, sent, None, &Format::UnifiedText).await {
             Ok(response) => response,
@@ -524,6 +536,7 @@ impl SimpleQueryHandler for PgQueryHandler {
                         statement,
                         text: (statements.len() == 1).then(|| Arc::from(query)),
                         lifted: None,
+                        interned: None,
                     };
                     self.run(client, sent, None, &Format::UnifiedText).await
                 }

@@ -15,6 +15,7 @@ mod forward;
 pub mod handler;
 pub mod idle;
 mod params;
+mod reparsed;
 pub(crate) mod sqlstate;
 pub mod startup;
 
