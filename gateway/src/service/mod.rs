@@ -464,7 +464,7 @@ impl GatewayService {
     /// The lifted template and values of `sql`, when a text of its shape was seen: it is one
     /// `SELECT` reading the lake, not parsed again ([`shapes`]) — when the session takes it
     /// ([`Self::take_shape`]).
-    pub fn lifted_shape(&self, sql: &str) -> Option<(Arc<Statement>, Vec<Lifted>)> {
+    pub fn lifted_shape(&self, sql: &str) -> Option<(Interned, Vec<Lifted>)> {
         self.parser.lifted(sql)
     }
 
@@ -543,7 +543,8 @@ impl GatewayService {
                 let lifted =
                     lift(statement, params, ctx.text.as_deref()).map(|(template, values)| {
                         if let Some(text) = ctx.text.as_deref() {
-                            self.parser.learn_shape(text, &template, &values);
+                            let interned = self.cache.interned(&template);
+                            self.parser.learn_shape(text, &interned, &values);
                         }
                         (template, param_values(&values))
                     });

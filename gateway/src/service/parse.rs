@@ -90,13 +90,13 @@ impl Parser {
 
     /// The lifted template and values of `sql` when a text of its shape was learned: what
     /// parsing it and [`lakegate_sql::lift::lift`] would give, without doing either.
-    pub(crate) fn lifted(&self, sql: &str) -> Option<(Arc<Statement>, Vec<Lifted>)> {
+    pub(crate) fn lifted(&self, sql: &str) -> Option<(super::Interned, Vec<Lifted>)> {
         self.shapes.find(sql)
     }
 
     /// Learns the shape of `sql`, which parsed to one statement that lifted to `template`
     /// with `values`, when a probe proves it (texts that read no lake table are refused).
-    pub(crate) fn learn_shape(&self, sql: &str, template: &Statement, values: &[Lifted]) {
+    pub(crate) fn learn_shape(&self, sql: &str, template: &super::Interned, values: &[Lifted]) {
         let parse = |text: &str| {
             let mut statements = self.parse_text(text).ok()?;
             let statement = statements.pop().filter(|_| statements.is_empty())?;

@@ -32,6 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use datafusion::sql::sqlparser::ast::Statement;
 use lakegate_sql::lift::Lifted;
 
+use super::weight::Interned;
+
 /// Bytes of shapes kept (each holds a template: a few kilobytes).
 const SHAPES_BYTES: u64 = 8 << 20;
 
@@ -123,7 +125,8 @@ fn same_class(a: Lifted, b: Lifted) -> bool {
 /// One learned text's template and where its parameters come from.
 #[derive(Debug)]
 struct Shape {
-    template: Arc<Statement>,
+    /// Interned: planning it finds its kept plan without hashing it ([`Interned`]).
+    template: Interned,
     /// For `$1, $2, …`: the token that gives the value, and the value it was learned with
     /// (its type is the parameter's).
     params: Vec<(usize, Lifted)>,
@@ -226,7 +229,7 @@ impl Default for Shapes {
 
 impl Shapes {
     /// The lifted template of `sql` and its values, when a text of its shape was learned.
-    pub(crate) fn find(&self, sql: &str) -> Option<(Arc<Statement>, Vec<Lifted>)> {
+    pub(crate) fn find(&self, sql: &str) -> Option<(Interned, Vec<Lifted>)> {
         let masked = mask(sql)?;
         let known = self.known.get(masked.key.as_str())?;
         let Known::Shapes(shapes) = known.as_ref() else {
@@ -248,7 +251,7 @@ impl Shapes {
     pub(crate) fn learn(
         &self,
         sql: &str,
-        template: &Statement,
+        template: &Interned,
         values: &[Lifted],
         parse: ParseLifted<'_>,
     ) {
@@ -305,7 +308,7 @@ impl Shapes {
 fn probe(
     sql: &str,
     tokens: &[Range<usize>],
-    template: &Statement,
+    template: &Interned,
     values: &[Lifted],
     parse: ParseLifted<'_>,
 ) -> Option<Shape> {
@@ -336,7 +339,7 @@ fn probe(
         .collect();
     let (again, probed) = parse(&rewritten(sql, tokens, &lifted))?;
     let expected: Vec<Lifted> = lifted.iter().map(|&(_, v)| v).collect();
-    if again != *template || probed != expected {
+    if again != *template.statement() || probed != expected {
         return None;
     }
     let fixed = (0..tokens.len())
@@ -344,7 +347,7 @@ fn probe(
         .map(|n| (n, Box::from(&sql[tokens[n].clone()])))
         .collect();
     Some(Shape {
-        template: Arc::new(template.clone()),
+        template: template.clone(),
         params,
         fixed,
     })

@@ -88,24 +88,26 @@ pub(super) enum Parsed {
     Shared(Arc<Vec<Statement>>),
     /// With typed placeholders.
     Typed(Arc<Statement>),
-    /// Not parsed: the lifted template of a text of its shape, and this text's values
-    /// ([`GatewayService::lifted_shape`]).
-    Lifted(Arc<Statement>, Arc<[Lifted]>),
+    /// Not parsed: this text's values for the lifted template of a text of its shape (the
+    /// statement's [`PgStatement::interned`]; [`GatewayService::lifted_shape`]).
+    Lifted(Arc<[Lifted]>),
 }
 
 impl Parsed {
-    /// What runs (a lifted text's template).
+    /// What was parsed (`None` for an empty text, and for a lifted one: its template is the
+    /// statement's interned one, [`PgStatement::runs`]).
     fn get(&self) -> Option<&Statement> {
         match self {
             Self::Shared(statements) => statements.first(),
-            Self::Typed(statement) | Self::Lifted(statement, _) => Some(statement),
+            Self::Typed(statement) => Some(statement),
+            Self::Lifted(_) => None,
         }
     }
 
     /// A lifted text's values.
     fn lifted(&self) -> Option<&[Lifted]> {
         match self {
-            Self::Lifted(_, values) => Some(values),
+            Self::Lifted(values) => Some(values),
             _ => None,
         }
     }
@@ -162,15 +164,16 @@ impl PgParser {
             .service
             .context(&session, cancel_token(client))
             .with_batch(Batch::Fill(batch_of(client)))
-            .with_text(Some(text.clone()));
+            .with_text(Some(text.clone()))
+            .with_interned(Some(template.clone()));
         let described = self
             .service
-            .describe_lifted(&template, &values, &session, &ctx)
+            .describe_lifted(template.statement(), &values, &session, &ctx)
             .await
             .map_err(pg_error)?;
         Ok(Some(PgStatement {
-            statement: Parsed::Lifted(template, values.into()),
-            interned: None,
+            statement: Parsed::Lifted(values.into()),
+            interned: Some(template),
             text: Some(text),
             described: Some(described),
             mirrored: None,

@@ -464,7 +464,7 @@ impl PgQueryHandler {
         &self,
         client: &mut C,
         query: &str,
-        template: &Statement,
+        template: &crate::service::Interned,
         values: &[Lifted],
     ) -> Response
     where
@@ -477,10 +477,10 @@ impl PgQueryHandler {
             return Response::Error(Box::new(error_info(aborted())));
         }
         let sent = Sent {
-            statement: template,
+            statement: template.statement(),
             text: Some(Arc::from(query)),
             lifted: Some(values),
-            interned: None,
+            interned: Some(template.clone()),
         };
         match self.run(client, sent, None, &Format::UnifiedText).await {
             Ok(response) => response,
