@@ -9,7 +9,6 @@ use async_trait::async_trait;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::{Sink, SinkExt, StreamExt};
 use lakegate_engines::engine::Described;
-use lakegate_sql::lift::Lifted;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{ExtendedQueryHandler, send_execution_response};
 use pgwire::api::results::{DescribePortalResponse, FieldInfo, Response, Tag};
@@ -30,88 +29,11 @@ use super::handler::{
     PgQueryHandler, Sent, aborted, answered_of, batch_of, cancel_token, described_fields_of,
     ends_transaction, last_parsed_of, pg_error, prepared_names, session_of, to_pg_error,
 };
-use super::reparsed;
+use super::parsed::{self, Parsed, type_placeholders};
 use crate::error::Error;
 use crate::mirror::wire::Bound;
 use crate::service::{Batch, GatewayService};
 use tracing::warn;
-
-/// Casts `$n` to the type the client declared for it in Parse, so the engine can plan calls
-/// whose argument types it could not infer (SQLAlchemy's `pg_get_constraintdef(oid, $1)`).
-/// `None` when the client declared no type (the statement runs as parsed).
-fn type_placeholders(statement: &Statement, types: &[Option<Type>]) -> Option<Statement> {
-    use datafusion::sql::sqlparser::ast::{
-        DataType as SqlType, Expr, Value, visit_expressions_mut,
-    };
-    if types.iter().all(Option::is_none) {
-        return None;
-    }
-    let mut statement = statement.clone();
-    let sql_type = |t: &Type| -> Option<SqlType> {
-        Some(match *t {
-            Type::BOOL => SqlType::Boolean,
-            Type::INT2 => SqlType::SmallInt(None),
-            Type::INT4 => SqlType::Int(None),
-            Type::INT8 => SqlType::BigInt(None),
-            Type::FLOAT4 => SqlType::Real,
-            Type::FLOAT8 => SqlType::DoublePrecision,
-            Type::TEXT | Type::VARCHAR => SqlType::Text,
-            Type::DATE => SqlType::Date,
-            _ => return None,
-        })
-    };
-    let _ = visit_expressions_mut(&mut statement, |expr| {
-        if let Expr::Value(v) = expr
-            && let Value::Placeholder(p) = &v.value
-            && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
-            && let Some(Some(t)) = types.get(n.wrapping_sub(1))
-            && let Some(data_type) = sql_type(t)
-        {
-            *expr = Expr::Cast {
-                kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
-                array: false,
-                expr: Box::new(expr.clone()),
-                data_type,
-                format: None,
-            };
-        }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
-    Some(statement)
-}
-
-/// The statement Parse received: the parser's kept statements of the text, shared (not
-/// copied on every Parse), or a copy with its placeholders typed as the client declared them.
-#[derive(Debug, Clone)]
-pub(super) enum Parsed {
-    /// The text's statements (none, for an empty query; else one).
-    Shared(Arc<Vec<Statement>>),
-    /// With typed placeholders.
-    Typed(Arc<Statement>),
-    /// Not parsed: this text's values for the lifted template of a text of its shape (the
-    /// statement's [`PgStatement::interned`]; [`GatewayService::lifted_shape`]).
-    Lifted(Arc<[Lifted]>),
-}
-
-impl Parsed {
-    /// What was parsed (`None` for an empty text, and for a lifted one: its template is the
-    /// statement's interned one, [`PgStatement::runs`]).
-    fn get(&self) -> Option<&Statement> {
-        match self {
-            Self::Shared(statements) => statements.first(),
-            Self::Typed(statement) => Some(statement),
-            Self::Lifted(_) => None,
-        }
-    }
-
-    /// A lifted text's values.
-    fn lifted(&self) -> Option<&[Lifted]> {
-        match self {
-            Self::Lifted(values) => Some(values),
-            _ => None,
-        }
-    }
-}
 
 /// A statement prepared by Parse: its SQL, AST and description (or, for a catalog statement,
 /// the catalog mirror's).
@@ -264,7 +186,7 @@ impl QueryParser for PgParser {
                 let interned = statement
                     .get()
                     .and_then(|s| self.service.intern_query(s, sql));
-                let parsed = reparsed::Parsed {
+                let parsed = parsed::Made {
                     statements,
                     statement,
                     interned,
@@ -274,7 +196,7 @@ impl QueryParser for PgParser {
                 parsed
             }
         };
-        let reparsed::Parsed {
+        let parsed::Made {
             statement,
             interned,
             text,

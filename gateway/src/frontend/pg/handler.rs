@@ -33,7 +33,7 @@ use super::cancel::{Cancels, PgCancel, QueryCancel};
 use super::encode::{DescribedFields, LastFields, format_options, query_response};
 use super::extended::PgParser;
 use super::idle::{Activity, Busy};
-use super::reparsed::LastParsed;
+use super::parsed::LastParsed;
 use super::sqlstate::sqlstate;
 use super::startup::{ConnStartup, PgStartup};
 use crate::error::Error;

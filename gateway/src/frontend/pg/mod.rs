@@ -1,8 +1,10 @@
 //! The Postgres wire protocol endpoint (pgwire): accept loop, handlers, encoding, SQLSTATEs.
+//! Each connection is served on one of the connection threads (`super::threads`).
 //!
 //! - [`handler`] — the handler set, simple query and statement running.
 //! - [`startup`] — authentication and the session's start.
-//! - [`extended`] — Parse/Describe/Bind/Execute.
+//! - [`extended`] — Parse/Describe/Bind/Execute; `parsed`: what a Parse makes of a text, and
+//!   the connection's last one.
 //! - `params`: bound parameters, date and time values read in the session's zone;
 //! - `encode`: Arrow batches as data rows; `cancel`: CancelRequest; [`idle`]: the
 //!   idle-in-transaction watchdog; `sqlstate`: error kinds as SQLSTATEs.
@@ -15,7 +17,7 @@ mod forward;
 pub mod handler;
 pub mod idle;
 mod params;
-mod reparsed;
+mod parsed;
 pub(crate) mod sqlstate;
 pub mod startup;
 
