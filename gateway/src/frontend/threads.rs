@@ -113,7 +113,7 @@ impl ConnectionThreads {
             match TcpStream::from_std(socket) {
                 Ok(socket) => {
                     OnShared {
-                        inner: Box::pin(serve(socket)),
+                        inner: Some(Box::pin(serve(socket))),
                         shared,
                     }
                     .await;
@@ -133,10 +133,13 @@ impl Drop for Served {
     }
 }
 
-/// A future polled with the shared runtime entered: what it spawns (and the timers and
-/// sockets it makes) belong to the shared runtime; its own wake-ups stay on its thread.
+/// A future polled — and dropped — with the shared runtime entered: what it spawns (and the
+/// timers and sockets it makes) belong to the shared runtime; its own wake-ups stay on its
+/// thread. Dropped there too: a connection's future dropped unfinished (a panic, its task
+/// aborted) runs drops that spawn their cleanup (an engine's cancel, a lease's release), which
+/// must not be left on a connection thread that may end.
 struct OnShared<F> {
-    inner: Pin<Box<F>>,
+    inner: Option<Pin<Box<F>>>,
     shared: Handle,
 }
 
@@ -146,7 +149,21 @@ impl<F: Future> Future for OnShared<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
         let _entered = this.shared.enter();
-        this.inner.as_mut().poll(cx)
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Pending;
+        };
+        let polled = inner.as_mut().poll(cx);
+        if polled.is_ready() {
+            this.inner = None;
+        }
+        polled
+    }
+}
+
+impl<F> Drop for OnShared<F> {
+    fn drop(&mut self) {
+        let _entered = self.shared.enter();
+        self.inner = None;
     }
 }
 
@@ -188,6 +205,13 @@ mod tests {
     async fn connections_spread_over_threads_and_their_spawns_run_on_the_shared_runtime() {
         let shutdown = CancellationToken::new();
         let threads = ConnectionThreads::start("lgtest-conn", 2, &shutdown).expect("threads");
+        // A thread names itself once it runs.
+        for _ in 0..50 {
+            if threads_named("lgtest-conn") == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         assert_eq!(threads_named("lgtest-conn"), 2);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -232,5 +256,63 @@ mod tests {
             }
         }
         assert_eq!(left, 0, "threads outlived their connections after shutdown");
+    }
+
+    /// Spawns, when dropped, a task that reports the thread it ran on.
+    struct SpawnOnDrop(Option<tokio::sync::oneshot::Sender<String>>);
+
+    impl Drop for SpawnOnDrop {
+        fn drop(&mut self) {
+            if let Some(tx) = self.0.take() {
+                tokio::spawn(async move {
+                    let _ = tx.send(std::thread::current().name().unwrap_or("").to_string());
+                });
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_dropped_unfinished_spawns_its_cleanup_on_the_shared_runtime() {
+        let shared = Handle::current();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("lgtest-drop".into())
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async move {
+                    let held = SpawnOnDrop(Some(tx));
+                    let mut connection = OnShared {
+                        inner: Some(Box::pin(async move {
+                            let _held = held;
+                            std::future::pending::<()>().await;
+                        })),
+                        shared,
+                    };
+                    // Polled once (it waits), then dropped unfinished on this thread, whose
+                    // runtime ends right after: a cleanup spawned here would never run.
+                    tokio::select! {
+                        biased;
+                        () = &mut connection => {}
+                        () = std::future::ready(()) => {}
+                    }
+                    drop(connection);
+                });
+            })
+            .expect("thread")
+            .join()
+            .expect("joined");
+        let cleaned = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("in time")
+            .expect("the cleanup ran");
+        assert!(
+            !cleaned.starts_with("lgtest-drop"),
+            "on the connection thread"
+        );
     }
 }

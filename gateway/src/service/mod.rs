@@ -543,8 +543,8 @@ impl GatewayService {
                 let lifted =
                     lift(statement, params, ctx.text.as_deref()).map(|(template, values)| {
                         if let Some(text) = ctx.text.as_deref() {
-                            let interned = self.cache.interned(&template);
-                            self.parser.learn_shape(text, &interned, &values);
+                            self.parser
+                                .learn_shape(text, &template, &values, &|t| self.cache.interned(t));
                         }
                         (template, param_values(&values))
                     });

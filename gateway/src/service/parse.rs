@@ -96,7 +96,13 @@ impl Parser {
 
     /// Learns the shape of `sql`, which parsed to one statement that lifted to `template`
     /// with `values`, when a probe proves it (texts that read no lake table are refused).
-    pub(crate) fn learn_shape(&self, sql: &str, template: &super::Interned, values: &[Lifted]) {
+    pub(crate) fn learn_shape(
+        &self,
+        sql: &str,
+        template: &Statement,
+        values: &[Lifted],
+        intern: super::shapes::Intern<'_>,
+    ) {
         let parse = |text: &str| {
             let mut statements = self.parse_text(text).ok()?;
             let statement = statements.pop().filter(|_| statements.is_empty())?;
@@ -106,7 +112,7 @@ impl Parser {
             }
             lakegate_sql::lift::lift(&statement)
         };
-        self.shapes.learn(sql, template, values, &parse);
+        self.shapes.learn(sql, template, values, &parse, intern);
     }
 
     /// Counts a text answered from its shape.

@@ -198,6 +198,9 @@ fn rewritten(sql: &str, tokens: &[Range<usize>], replaced: &[(usize, Lifted)]) -
 /// is not one liftable statement).
 pub(crate) type ParseLifted<'a> = &'a dyn Fn(&str) -> Option<(Statement, Vec<Lifted>)>;
 
+/// Interns a learned shape's template (called only when a shape is learned).
+pub(crate) type Intern<'a> = &'a dyn Fn(&Statement) -> Interned;
+
 /// The learned shapes, by masked text.
 pub(crate) struct Shapes {
     known: moka::sync::Cache<Arc<str>, Arc<Known>>,
@@ -251,9 +254,10 @@ impl Shapes {
     pub(crate) fn learn(
         &self,
         sql: &str,
-        template: &Interned,
+        template: &Statement,
         values: &[Lifted],
         parse: ParseLifted<'_>,
+        intern: Intern<'_>,
     ) {
         let Some(masked) = mask(sql) else {
             return;
@@ -272,7 +276,7 @@ impl Shapes {
             None => Vec::new(),
         };
         let known = match (variants.len() < MAX_VARIANTS)
-            .then(|| probe(sql, &masked.tokens, template, values, parse))
+            .then(|| probe(sql, &masked.tokens, template, values, parse, intern))
             .flatten()
         {
             Some(shape) => {
@@ -308,9 +312,10 @@ impl Shapes {
 fn probe(
     sql: &str,
     tokens: &[Range<usize>],
-    template: &Interned,
+    template: &Statement,
     values: &[Lifted],
     parse: ParseLifted<'_>,
+    intern: Intern<'_>,
 ) -> Option<Shape> {
     let written: Vec<Option<Lifted>> = tokens.iter().map(|t| class(sql, t)).collect();
     let everywhere: Vec<(usize, Lifted)> = written
@@ -339,7 +344,7 @@ fn probe(
         .collect();
     let (again, probed) = parse(&rewritten(sql, tokens, &lifted))?;
     let expected: Vec<Lifted> = lifted.iter().map(|&(_, v)| v).collect();
-    if again != *template.statement() || probed != expected {
+    if again != *template || probed != expected {
         return None;
     }
     let fixed = (0..tokens.len())
@@ -347,7 +352,7 @@ fn probe(
         .map(|n| (n, Box::from(&sql[tokens[n].clone()])))
         .collect();
     Some(Shape {
-        template: template.clone(),
+        template: intern(template),
         params,
         fixed,
     })

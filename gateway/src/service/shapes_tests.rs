@@ -13,7 +13,7 @@ fn parsed_and_lifted(parser: &Parser, sql: &str) -> Option<(Statement, Vec<Lifte
     lakegate_sql::lift::lift(&statements.pop()?)
 }
 
-/// `template` interned (as the gateway interns a template before learning its shape).
+/// `template` interned (as the gateway interns a learned shape's template).
 fn interned(template: &Statement) -> super::Interned {
     crate::service::weight::Statements::default().interned(template)
 }
@@ -21,7 +21,7 @@ fn interned(template: &Statement) -> super::Interned {
 /// Learns `sql`'s shape as the gateway does after running it.
 fn learn(parser: &Parser, sql: &str) {
     let (template, values) = parsed_and_lifted(parser, sql).expect("liftable");
-    parser.learn_shape(sql, &interned(&template), &values);
+    parser.learn_shape(sql, &template, &values, &interned);
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn texts_that_read_no_lake_table_are_not_learned() {
         "SELECT a FROM generate_series(1, 10) AS g(a) WHERE a = 3",
     ] {
         let (template, values) = parsed_and_lifted(&parser, sql).expect("liftable");
-        parser.learn_shape(sql, &interned(&template), &values);
+        parser.learn_shape(sql, &template, &values, &interned);
         assert!(parser.lifted(sql).is_none(), "{sql}");
     }
     let stats = parser.shape_stats();
@@ -148,12 +148,17 @@ fn a_shape_whose_template_depends_on_a_value_is_refused_once() {
     let shapes = Shapes::default();
     let sql = "SELECT b FROM t WHERE a = 0";
     let (template, values) = fake(sql).expect("lifts");
-    let template = interned(&template);
-    shapes.learn(sql, &template, &values, &fake);
+    shapes.learn(sql, &template, &values, &fake, &interned);
     assert!(shapes.find("SELECT b FROM t WHERE a = 1").is_none());
     let probes = calls.get();
-    shapes.learn(sql, &template, &values, &fake);
-    shapes.learn("SELECT b FROM t WHERE a = 5", &template, &values, &fake);
+    shapes.learn(sql, &template, &values, &fake, &interned);
+    shapes.learn(
+        "SELECT b FROM t WHERE a = 5",
+        &template,
+        &values,
+        &fake,
+        &interned,
+    );
     assert_eq!(calls.get(), probes, "a refused shape is not probed again");
     assert_eq!(shapes.stats()[3], ("shapes_refused", 1));
 }

@@ -163,14 +163,14 @@ impl Default for Statements {
 }
 
 impl Statements {
-    /// The shared tree equal to `statement` (kept from now on when it is new), and its
-    /// estimated heap.
     /// [`Self::intern`], held for planning it again.
     pub(crate) fn interned(&self, statement: &Statement) -> Interned {
         let (tree, bytes) = self.intern(statement);
         Interned { tree, bytes }
     }
 
+    /// The shared tree equal to `statement` (kept from now on when it is new), and its
+    /// estimated heap.
     pub(crate) fn intern(&self, statement: &Statement) -> (Tree, u64) {
         if let Some(hit) = self.trees.get(statement) {
             return hit;
