@@ -133,7 +133,7 @@ impl CacheKey {
     /// The key of `statement` (with its estimated heap, as [`ResultCache::key`]'s interner
     /// gives them) and `params`, at these pins, for this session.
     pub(crate) fn new(
-        (statement, tree_bytes): (weight::Tree, u64),
+        interned: weight::Interned,
         params: Option<&ParamValues>,
         pins: &Pins,
         settings: &Settings,
@@ -151,8 +151,8 @@ impl CacheKey {
             None => Vec::new(),
         };
         Self {
-            statement,
-            tree_bytes,
+            tree_bytes: interned.bytes(),
+            statement: interned.tree().clone(),
             params,
             user: settings.user.clone(),
             time_zone: settings.time_zone.clone(),
@@ -292,7 +292,7 @@ impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
     /// The key of a statement already interned ([`Self::intern`]).
     pub(crate) fn key_of(
         &self,
-        interned: (weight::Tree, u64),
+        interned: weight::Interned,
         params: Option<&ParamValues>,
         pins: &Pins,
         settings: &Settings,
@@ -301,13 +301,8 @@ impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
     }
 
     /// `statement`'s shared syntax tree (with its hash and estimated heap).
-    pub(crate) fn intern(&self, statement: &Statement) -> (weight::Tree, u64) {
+    pub(crate) fn intern(&self, statement: &Statement) -> weight::Interned {
         self.statements.intern(statement)
-    }
-
-    /// [`Self::intern`], held for planning it again ([`weight::Interned`]).
-    pub(crate) fn interned(&self, statement: &Statement) -> weight::Interned {
-        self.statements.interned(statement)
     }
 
     /// Whether caching is on.
@@ -443,10 +438,7 @@ mod tests {
 
     #[test]
     fn keys_change_with_parameters_and_settings() {
-        let s = (
-            weight::Tree::new(Arc::new(parse("SELECT * FROM t WHERE id = $1"))),
-            0,
-        );
+        let s = weight::Statements::default().intern(&parse("SELECT * FROM t WHERE id = $1"));
         let pins = Pins::default();
         let base = Settings::default();
         let p1 = ParamValues::List(vec![ScalarValue::Int64(Some(1)).into()]);
@@ -508,7 +500,7 @@ mod tests {
         let settings = Settings::default();
         let key = |user: &str, sql: &str| {
             CacheKey::new(
-                (weight::Tree::new(Arc::new(parse(sql))), 0),
+                weight::Statements::default().intern(&parse(sql)),
                 None,
                 &Pins::default(),
                 &Settings {

@@ -57,8 +57,11 @@ impl GatewayService {
         ctx: &StatementContext,
     ) -> Result<Option<Described>> {
         let routing = self.router.table();
-        let (tree, _) = self.tree_of(runs, ctx);
-        let Some((kept, r)) = self.kept_resolved(&tree, settings, ctx, &routing).await? else {
+        let interned = self.tree_of(runs, ctx);
+        let Some((kept, r)) = self
+            .kept_resolved(interned.tree(), settings, ctx, &routing)
+            .await?
+        else {
             return Ok(None);
         };
         let Some(memo) = kept.rewrites.described() else {

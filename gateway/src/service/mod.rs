@@ -301,7 +301,7 @@ impl GatewayService {
             && classify::kind(statement) == StatementKind::Query
             && constant::of(statement).is_none()
             && explain_route_target(statement).is_none())
-        .then(|| self.cache.interned(statement))
+        .then(|| self.cache.intern(statement))
     }
 
     /// The context of a statement `session` starts now: a fresh query id, the session's user,
@@ -544,7 +544,7 @@ impl GatewayService {
                     lift(statement, params, ctx.text.as_deref()).map(|(template, values)| {
                         if let Some(text) = ctx.text.as_deref() {
                             self.parser
-                                .learn_shape(text, &template, &values, &|t| self.cache.interned(t));
+                                .learn_shape(text, &template, &values, &|t| self.cache.intern(t));
                         }
                         (template, param_values(&values))
                     });

@@ -296,9 +296,10 @@ impl GatewayService {
         ctx: &StatementContext,
     ) -> Result<Plan> {
         let routing = self.router.table();
-        let (tree, tree_bytes) = self.tree_of(statement, ctx);
+        let interned = self.tree_of(statement, ctx);
+        let tree = interned.tree();
         let mut resolved = None;
-        if let Some((kept, r)) = self.kept_resolved(&tree, &settings, ctx, &routing).await? {
+        if let Some((kept, r)) = self.kept_resolved(tree, &settings, ctx, &routing).await? {
             if kept.at(&r.pins) {
                 self.kept.count_reused();
                 let chosen = &kept.chosen;
@@ -373,7 +374,7 @@ impl GatewayService {
                 chosen,
                 rewrites.clone(),
             );
-            self.kept.keep(tree, tree_bytes, kept);
+            self.kept.keep(tree.clone(), interned.bytes(), kept);
         }
         Ok(self
             .with_mirror(Plan::new(rewrites, decided, resolved, settings))
@@ -386,9 +387,9 @@ impl GatewayService {
         &self,
         statement: &Statement,
         ctx: &StatementContext,
-    ) -> (super::weight::Tree, u64) {
+    ) -> super::weight::Interned {
         match ctx.interned.as_ref().and_then(|i| i.of(statement)) {
-            Some(interned) => interned,
+            Some(interned) => interned.clone(),
             None => self.cache.intern(statement),
         }
     }

@@ -10,7 +10,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::sql::sqlparser::ast::Statement;
 use lakegate_engines::engine::Described;
 
-use super::weight::Tree;
+use super::weight::Interned;
 use crate::mirror::database::Attributes;
 
 /// What a statement runs as, fixed for its text, session settings and table versions: kept
@@ -31,7 +31,7 @@ pub struct Rewrites {
     /// Where output columns come from (PostgreSQL clients with a catalog mirror).
     pub origins: Option<super::origins::Origins>,
     /// What runs, interned for cache keys (made at the first key).
-    tree: OnceLock<(Tree, u64)>,
+    tree: OnceLock<Interned>,
     /// The planner's description of what runs (made at the first Describe).
     planned: OnceLock<Described>,
     /// The client's description (output names, numeric outputs and origins applied) and the
@@ -110,7 +110,7 @@ impl Rewrites {
     }
 
     /// What runs, interned by `intern` the first time it is asked for.
-    pub(crate) fn tree(&self, intern: impl FnOnce(&Statement) -> (Tree, u64)) -> (Tree, u64) {
+    pub(crate) fn tree(&self, intern: impl FnOnce(&Statement) -> Interned) -> Interned {
         self.tree.get_or_init(|| intern(self.runs())).clone()
     }
 

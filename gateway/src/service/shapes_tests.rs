@@ -15,7 +15,7 @@ fn parsed_and_lifted(parser: &Parser, sql: &str) -> Option<(Statement, Vec<Lifte
 
 /// `template` interned (as the gateway interns a learned shape's template).
 fn interned(template: &Statement) -> super::Interned {
-    crate::service::weight::Statements::default().interned(template)
+    crate::service::weight::Statements::default().intern(template)
 }
 
 /// Learns `sql`'s shape as the gateway does after running it.

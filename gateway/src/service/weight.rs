@@ -89,7 +89,7 @@ pub(crate) struct Statements {
     /// Each tree, with its estimated heap ([`statement`], printed once per tree). Hashed with
     /// foldhash, seeded per process: a lookup hashes a whole tree, node by node, and SipHash
     /// costs more per node.
-    trees: moka::sync::Cache<Arc<Statement>, (Tree, u64), foldhash::fast::RandomState>,
+    trees: moka::sync::Cache<Arc<Statement>, Interned, foldhash::fast::RandomState>,
 }
 
 /// An interned syntax tree and its hash, computed once: a key holding it hashes in constant
@@ -125,9 +125,10 @@ impl std::hash::Hash for Tree {
     }
 }
 
-/// A statement interned once by a frontend that will plan it again and again (the extended
-/// protocol's Parse, then every Execute): planning *this* statement (the same object, found by
-/// its address, which the tree it holds keeps alive) skips hashing its tree.
+/// A statement interned ([`Statements::intern`]): its tree and the tree's estimated heap. A
+/// frontend that plans a statement again and again (the extended protocol's Parse, then every
+/// Execute) interns it once: planning *this* statement (the same object, found by its address,
+/// which the tree it holds keeps alive) skips hashing its tree.
 #[derive(Debug, Clone)]
 pub struct Interned {
     tree: Tree,
@@ -140,9 +141,19 @@ impl Interned {
         &self.tree.statement
     }
 
-    /// The tree and its estimated heap, when `statement` is this one's own.
-    pub(crate) fn of(&self, statement: &Statement) -> Option<(Tree, u64)> {
-        std::ptr::eq(self.statement(), statement).then(|| (self.tree.clone(), self.bytes))
+    /// The interned tree.
+    pub(crate) fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    /// The tree's estimated heap.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Itself, when `statement` is this one's own.
+    pub(crate) fn of(&self, statement: &Statement) -> Option<&Self> {
+        std::ptr::eq(self.statement(), statement).then_some(self)
     }
 }
 
@@ -154,8 +165,8 @@ impl Default for Statements {
         Self {
             trees: moka::sync::Cache::builder()
                 .max_capacity(INTERNED_BYTES)
-                .weigher(|_: &Arc<Statement>, (_, bytes): &(Tree, u64)| {
-                    u32::try_from(*bytes).unwrap_or(u32::MAX)
+                .weigher(|_: &Arc<Statement>, interned: &Interned| {
+                    u32::try_from(interned.bytes).unwrap_or(u32::MAX)
                 })
                 .build_with_hasher(foldhash::fast::RandomState::default()),
         }
@@ -163,20 +174,17 @@ impl Default for Statements {
 }
 
 impl Statements {
-    /// [`Self::intern`], held for planning it again.
-    pub(crate) fn interned(&self, statement: &Statement) -> Interned {
-        let (tree, bytes) = self.intern(statement);
-        Interned { tree, bytes }
-    }
-
     /// The shared tree equal to `statement` (kept from now on when it is new), and its
     /// estimated heap.
-    pub(crate) fn intern(&self, statement: &Statement) -> (Tree, u64) {
+    pub(crate) fn intern(&self, statement: &Statement) -> Interned {
         if let Some(hit) = self.trees.get(statement) {
             return hit;
         }
         let tree = Arc::new(statement.clone());
-        let interned = (Tree::new(tree.clone()), self::statement(&tree));
+        let interned = Interned {
+            tree: Tree::new(tree.clone()),
+            bytes: self::statement(&tree),
+        };
         self.trees.insert(tree, interned.clone());
         interned
     }
@@ -186,22 +194,17 @@ impl Statements {
 mod tests {
     use super::*;
 
-    fn parse(sql: &str) -> Statement {
-        use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
-        Parser::parse_sql(&PostgreSqlDialect {}, sql)
-            .expect("parses")
-            .remove(0)
-    }
+    use crate::service::plan_tests::parse;
 
     #[test]
     fn an_interned_statement_lends_its_tree_only_to_itself() {
         let statements = Statements::default();
         let sql = "SELECT * FROM shop.orders WHERE order_id = $1";
-        let interned = statements.interned(&parse(sql));
-        let (tree, _) = interned
+        let interned = statements.intern(&parse(sql));
+        let own = interned
             .of(interned.statement())
             .expect("its own statement");
-        assert_eq!(tree, statements.intern(&parse(sql)).0);
+        assert_eq!(own.tree(), statements.intern(&parse(sql)).tree());
         // An equal statement elsewhere (an inner statement, another message's) is hashed
         // itself: the address decides, so a tree is never lent to a statement it is not.
         assert!(interned.of(&parse(sql)).is_none());

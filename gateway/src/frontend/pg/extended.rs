@@ -51,10 +51,7 @@ pub struct PgStatement {
 impl PgStatement {
     /// What runs: the interned statement, else the parsed one (none for an empty query).
     fn runs(&self) -> Option<&Statement> {
-        self.interned
-            .as_ref()
-            .map(crate::service::Interned::statement)
-            .or_else(|| self.statement.get())
+        self.statement.runs(self.interned.as_ref())
     }
 }
 
@@ -202,11 +199,7 @@ impl QueryParser for PgParser {
             text,
             ..
         } = parsed;
-        let runs = interned
-            .as_ref()
-            .map(crate::service::Interned::statement)
-            .or_else(|| statement.get());
-        let described = match runs {
+        let described = match statement.runs(interned.as_ref()) {
             Some(runs) if client.transaction_status() != TransactionStatus::Error => {
                 let mut session = session.lock().await;
                 let ctx = self

@@ -86,6 +86,11 @@ impl Parsed {
         }
     }
 
+    /// What runs: `interned` (what was parsed, interned), else what was parsed.
+    pub(super) fn runs<'a>(&'a self, interned: Option<&'a Interned>) -> Option<&'a Statement> {
+        interned.map(Interned::statement).or_else(|| self.get())
+    }
+
     /// A lifted text's values.
     pub(super) fn lifted(&self) -> Option<&[Lifted]> {
         match self {
