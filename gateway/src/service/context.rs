@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use datafusion::error::DataFusionError;
@@ -161,16 +162,13 @@ impl StatementContext {
         self
     }
 
-    /// Resolves once the statement is cancelled or past its deadline.
-    fn interrupted(&self) -> Pin<Box<dyn Future<Output = Interrupt> + Send + 'static>> {
-        let (cancel, deadline) = (self.cancel.clone(), self.deadline);
-        Box::pin(async move {
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => Interrupt::Canceled,
-                () = sleep_until(deadline) => Interrupt::TimedOut,
-            }
-        })
+    /// How the statement stops early, for one guarded future or stream.
+    fn stop(&self) -> Stop {
+        Stop {
+            cancel: self.cancel.clone(),
+            deadline: self.deadline,
+            waiting: None,
+        }
     }
 
     /// Runs `work`, giving up (and dropping it, which stops it) at a cancel or the deadline.
@@ -184,30 +182,87 @@ impl StatementContext {
         // On the heap, boxed at the call: planning and engine futures are large, a statement
         // nests several, and the caller's future then holds a pointer instead of `work`'s
         // whole state, which every boxing of an enclosing future would copy again.
-        let work = Box::pin(work);
-        async move {
-            tokio::select! {
-                biased;
-                why = self.interrupted() => Err(why.error()),
-                done = work => done,
+        let mut work = Box::pin(work);
+        let mut stop = self.stop();
+        std::future::poll_fn(move |cx| {
+            if let Poll::Ready(why) = stop.poll_now(cx) {
+                return Poll::Ready(Err(why.error()));
             }
-        }
+            match work.as_mut().poll(cx) {
+                Poll::Ready(done) => Poll::Ready(done),
+                Poll::Pending => stop.poll_wait(cx).map(|why| Err(why.error())),
+            }
+        })
     }
 
     /// `stream`, ending with 57014 at a cancel or the deadline; the engine's stream is dropped
     /// then, which stops the query.
     pub fn bound(&self, stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
         let schema = stream.schema();
-        let state = (Some(stream), self.interrupted());
-        let bounded = futures::stream::unfold(state, |(stream, mut stop)| async move {
-            let mut stream = stream?;
+        let mut stop = self.stop();
+        let mut rows = Some(stream);
+        let bounded = futures::stream::poll_fn(move |cx| {
+            let Some(stream) = rows.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let polled = match stop.poll_now(cx) {
+                Poll::Ready(why) => Poll::Ready(Some(Err(why.engine_error()))),
+                Poll::Pending => match stream.poll_next_unpin(cx) {
+                    Poll::Pending => stop.poll_wait(cx).map(|why| Some(Err(why.engine_error()))),
+                    ready => ready,
+                },
+            };
+            // Ended, or interrupted: the engine's stream is dropped now, and nothing follows.
+            if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+                rows = None;
+            }
+            polled
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, bounded))
+    }
+}
+
+/// A statement's cancel token and deadline, as one guarded future or stream waits on them.
+/// Checked on every poll (an atomic load, and the clock when there is a deadline); waited on —
+/// a waiter registered with the token, a timer — only once the work is pending, so a statement
+/// answered at once (a cache hit) registers neither.
+struct Stop {
+    cancel: CancellationToken,
+    deadline: Option<Instant>,
+    /// Resolves at the cancel or the deadline, once the work was pending.
+    waiting: Option<Pin<Box<dyn Future<Output = Interrupt> + Send + 'static>>>,
+}
+
+impl Stop {
+    /// Ready when the statement is interrupted already.
+    fn poll_now(&mut self, cx: &mut Context<'_>) -> Poll<Interrupt> {
+        if self.cancel.is_cancelled() {
+            return Poll::Ready(Interrupt::Canceled);
+        }
+        if self.deadline.is_some_and(|at| Instant::now() >= at) {
+            return Poll::Ready(Interrupt::TimedOut);
+        }
+        match self.waiting.as_mut() {
+            Some(waiting) => waiting.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+
+    /// After the work was pending: wakes the task at the cancel or the deadline.
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<Interrupt> {
+        if self.waiting.is_some() {
+            // Polled (and registered) by `poll_now` in this same poll.
+            return Poll::Pending;
+        }
+        let (cancel, deadline) = (self.cancel.clone(), self.deadline);
+        let waiting = self.waiting.insert(Box::pin(async move {
             tokio::select! {
                 biased;
-                why = &mut stop => Some((Err(why.engine_error()), (None, stop))),
-                next = stream.next() => next.map(|item| (item, (Some(stream), stop))),
+                () = cancel.cancelled() => Interrupt::Canceled,
+                () = sleep_until(deadline) => Interrupt::TimedOut,
             }
-        });
-        Box::pin(RecordBatchStreamAdapter::new(schema, bounded.fuse()))
+        }));
+        waiting.as_mut().poll(cx)
     }
 }
 
@@ -273,6 +328,28 @@ mod tests {
             "the stream ends after the error"
         );
         assert!(seen < 50, "{seen} batches before the deadline");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_wakes_pending_work_and_a_cancelled_statement_does_not_start() {
+        let cancel = CancellationToken::new();
+        let ctx = StatementContext::new(3, "u", Frontend::Pg, cancel.clone(), None);
+        let later = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            later.cancel();
+        });
+        let pending = ctx.guard(std::future::pending::<Result<()>>()).await;
+        assert!(matches!(pending, Err(Error::Canceled)), "{pending:?}");
+        let started = std::sync::atomic::AtomicBool::new(false);
+        let after = ctx
+            .guard(async {
+                started.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            })
+            .await;
+        assert!(matches!(after, Err(Error::Canceled)), "{after:?}");
+        assert!(!started.load(std::sync::atomic::Ordering::Relaxed));
     }
 
     #[tokio::test]
