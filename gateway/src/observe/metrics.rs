@@ -36,6 +36,8 @@ pub struct Scrape<'a> {
 
 /// The registry and the metrics lakegate keeps.
 pub struct Metrics {
+    /// Tells this set's handles from another's ([`super::handles`]).
+    id: u64,
     registry: Registry,
     queries: IntCounterVec,
     latency: HistogramVec,
@@ -253,6 +255,7 @@ impl Metrics {
             )?,
         );
         Ok(Self {
+            id: super::handles::next_id(),
             auth_failures,
             maintenance,
             maintenance_slo,
@@ -319,17 +322,25 @@ impl Metrics {
         } else {
             r.engine.as_str()
         };
-        let shape = r.shape.map_or("unknown", |s| s.name());
-        let frontend = r.frontend.name();
-        self.queries
-            .with_label_values(&[frontend, &r.group, engine, shape, r.cache.name(), outcome])
-            .inc();
-        self.latency
-            .with_label_values(&[&r.group, engine, shape])
-            .observe(r.millis / 1000.0);
-        self.rows
-            .with_label_values(&[frontend, &r.group])
-            .inc_by(r.rows);
+        let labels = super::handles::Labels {
+            frontend: r.frontend,
+            group: &r.group,
+            engine,
+            shape: r.shape.map_or("unknown", |s| s.name()),
+            cache: r.cache.name(),
+            outcome,
+        };
+        let families = super::handles::Families {
+            id: self.id,
+            queries: &self.queries,
+            latency: &self.latency,
+            rows: &self.rows,
+        };
+        super::handles::with(&families, &labels, |h| {
+            h.queries.inc();
+            h.latency.observe(r.millis / 1000.0);
+            h.rows.inc_by(r.rows);
+        });
         if r.frontend == crate::service::Frontend::Mcp {
             self.agent_queries
                 .with_label_values(&[&r.user, &r.group, outcome])

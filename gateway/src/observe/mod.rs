@@ -6,5 +6,6 @@
 //! - [`console`] — the web console page and its per-table data.
 
 pub mod console;
+mod handles;
 pub mod history;
 pub mod metrics;
