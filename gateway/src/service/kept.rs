@@ -166,6 +166,16 @@ impl Kept {
         }
     }
 
+    /// Whether it was made for exactly `settings` and `ctx` under `routing`.
+    pub(crate) fn made_for(
+        &self,
+        settings: &Settings,
+        ctx: &StatementContext,
+        routing: &Arc<RoutingTable>,
+    ) -> bool {
+        self.made_for.view() == View::of(settings, ctx, routing)
+    }
+
     /// Whether it was decided at exactly `pins`' versions.
     pub(crate) fn at(&self, pins: &Pins) -> bool {
         let mut n = 0;

@@ -403,9 +403,11 @@ impl GatewayService {
         ctx: &StatementContext,
         routing: &Arc<crate::routing::rules::RoutingTable>,
     ) -> Result<Option<(Arc<Kept>, Resolved)>> {
-        let Some(kept) = self.kept.find(tree, settings, ctx, routing) else {
+        let found = ctx.batch.kept_plan(tree, settings, ctx, routing);
+        let Some(kept) = found.or_else(|| self.kept.find(tree, settings, ctx, routing)) else {
             return Ok(None);
         };
+        ctx.batch.keep_plan(tree, &kept);
         let resolved = self
             .resolve(&kept.chosen.refs, kept.chosen.group.max_staleness, ctx)
             .await?;
