@@ -516,10 +516,12 @@ impl Lake {
         {
             return Ok(resolved);
         }
-        self.bounded(
+        // Boxed: the catalog round trip holds far more state than the answer in place, and
+        // inline it would be part of (and copied with) every plan's future.
+        Box::pin(self.bounded(
             || format!("resolving {schema}.{table}"),
             self.resolve_now(schema, table, max_staleness),
-        )
+        ))
         .await
     }
 

@@ -310,6 +310,29 @@ impl GatewayService {
             // A commit since: planned again at the versions just resolved.
             resolved = Some((kept.chosen.refs.clone(), kept.chosen.group.max_staleness, r));
         }
+        // Boxed: planning from the start holds far more state than reusing a kept plan, and
+        // inline it would be part of (and copied with) every plan's future.
+        Box::pin(self.plan_anew(
+            statement, params, settings, ctx, routing, &interned, resolved,
+        ))
+        .await
+    }
+
+    /// Steps 1–8 from the start (nothing kept for the statement, or a commit since): `resolved`
+    /// holds the versions a kept plan's tables were just resolved at, reused when the plan
+    /// reads the same tables.
+    #[allow(clippy::too_many_arguments)]
+    async fn plan_anew(
+        &self,
+        statement: &Statement,
+        params: Option<&ParamValues>,
+        settings: Settings,
+        ctx: &StatementContext,
+        routing: Arc<crate::routing::rules::RoutingTable>,
+        interned: &super::weight::Interned,
+        resolved: Option<(References, std::time::Duration, Resolved)>,
+    ) -> Result<Plan> {
+        let tree = interned.tree();
         self.kept.count_made();
         let intent = intend(
             statement,

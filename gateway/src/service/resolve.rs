@@ -113,6 +113,20 @@ impl GatewayService {
         }) else {
             return unpruned;
         };
+        // Boxed: reading manifests holds far more state than the early answers above, and
+        // inline it would be part of (and copied with) every plan's future.
+        Box::pin(self.pruned_estimate(table, filter, unpruned)).await
+    }
+
+    /// `table`'s bytes the pruning `filter` leaves (kept per version and filter), else
+    /// `unpruned` when they cannot be read within 50 ms.
+    async fn pruned_estimate(
+        &self,
+        table: &lakegate_engines::ResolvedTable,
+        filter: iceberg::expr::Predicate,
+        unpruned: Estimate,
+    ) -> Estimate {
+        let bound = unpruned.bound;
         let key = format!("{}\u{0}{filter}", table.metadata_location);
         if let Some(bytes) = self.estimates.get(&key).await {
             return Estimate { bytes, bound };
