@@ -190,13 +190,13 @@ pub struct Lake {
     catalog: Arc<dyn Catalog>,
     tokens: TokenSource,
     /// Parsed tables by metadata location: an unchanged table is never re-read.
-    loaded: Mutex<HashMap<String, ResolvedTable>>,
+    loaded: Mutex<HashMap<String, ResolvedTable, foldhash::fast::RandomState>>,
     /// How old a version token may be before it is looked up again (zero: every statement).
     max_staleness: std::time::Duration,
     /// Longest wait for one resolution (catalog lookup and metadata load).
     timeout: std::time::Duration,
     /// Recent tokens by table, for `max_staleness`.
-    recent: Mutex<HashMap<TableIdent, (std::time::Instant, String)>>,
+    recent: Mutex<HashMap<TableIdent, (std::time::Instant, String), foldhash::fast::RandomState>>,
     stats: TokenStats,
     /// The cache of immutable objects of an object-store lake.
     object_cache: Option<Arc<ObjectCache>>,
@@ -306,10 +306,10 @@ impl Lake {
             config,
             catalog,
             tokens,
-            loaded: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::default()),
             max_staleness: std::time::Duration::ZERO,
             timeout: std::time::Duration::from_secs(10),
-            recent: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::default()),
             stats: TokenStats::default(),
             object_cache,
             files,
@@ -389,6 +389,8 @@ impl Lake {
         self.count_lookup(started);
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         match recent.get_mut(ident) {
+            // Most lookups find the version they found last: only the time moves.
+            Some(slot) if slot.1 == location => slot.0 = started,
             Some(slot) => *slot = (started, location),
             None => {
                 if recent.len() >= LOADED_CAPACITY {

@@ -28,6 +28,12 @@ use tracing::debug;
 
 use crate::idle::Idle;
 
+thread_local! {
+    /// A lookup's key, built in place: most lookups are answered from what is kept, with no
+    /// allocation.
+    static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 /// Connections kept idle for reuse (one per concurrent lookup at most).
 const IDLE: usize = 8;
 
@@ -43,7 +49,7 @@ pub(super) struct SqliteTokens {
     /// The file, for its header, and its link count when opened.
     header: Mutex<Option<(Arc<std::fs::File>, u64)>>,
     /// Each table's last answer and the change counter it was read under.
-    kept: Mutex<HashMap<String, (u32, Option<String>)>>,
+    kept: Mutex<HashMap<String, (u32, Option<String>), foldhash::fast::RandomState>>,
     /// Rows read (not answered from `kept`).
     reads: AtomicU64,
 }
@@ -62,7 +68,7 @@ impl SqliteTokens {
             idle: Idle::new(IDLE),
             opened: AtomicU64::new(0),
             header: Mutex::new(None),
-            kept: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::default()),
             reads: AtomicU64::new(0),
         })
     }
@@ -116,15 +122,25 @@ impl SqliteTokens {
     /// being created), `None` when this path could not read it now.
     pub(super) fn lookup(&self, binds: [&str; 3]) -> Option<Option<String>> {
         let (counter, opened) = self.change_counter();
-        let key = binds.join("\u{0}");
         if let Some(counter) = counter {
-            let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, location)) = kept.get(&key)
-                && *at == counter
-            {
-                return Some(location.clone());
+            let kept = KEY.with_borrow_mut(|key| {
+                key.clear();
+                for (i, bind) in binds.iter().enumerate() {
+                    if i > 0 {
+                        key.push('\u{0}');
+                    }
+                    key.push_str(bind);
+                }
+                let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+                kept.get(key.as_str())
+                    .filter(|(at, _)| *at == counter)
+                    .map(|(_, location)| location.clone())
+            });
+            if let Some(location) = kept {
+                return Some(location);
             }
         }
+        let key = binds.join("\u{0}");
         let connection = loop {
             match self.idle.take() {
                 Some((at, c)) if at == opened => break c,
