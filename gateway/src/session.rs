@@ -149,6 +149,9 @@ pub struct Session {
     /// The text formatting options made from `values`, kept while `values` is that version
     /// (the map is replaced, never changed in place, while this holds it).
     formatting: std::sync::Mutex<Option<Formatting>>,
+    /// The engine settings made from `values` (and the user and database), kept likewise:
+    /// every statement asks for them.
+    settings: std::sync::Mutex<Option<(Arc<BTreeMap<String, String>>, Arc<Settings>)>>,
 }
 
 /// The text formatting options of one version of a session's settings.
@@ -184,6 +187,7 @@ impl Session {
             defaults,
             cursors: HashMap::new(),
             formatting: std::sync::Mutex::new(None),
+            settings: std::sync::Mutex::new(None),
         }
     }
 
@@ -210,6 +214,7 @@ impl Session {
     /// `pg_database` name; any name is accepted: the lake is the same).
     pub fn with_database(mut self, name: &str) -> Self {
         self.database = name.to_string();
+        *self.settings.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
         self
     }
 
@@ -412,8 +417,21 @@ impl Session {
             .to_string()
     }
 
-    /// The settings an engine needs.
-    pub fn engine_settings(&self) -> Settings {
+    /// The settings an engine needs: made when a setting changed since the last call, else
+    /// the ones made then.
+    pub fn engine_settings(&self) -> Arc<Settings> {
+        let mut kept = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((values, settings)) = kept.as_ref()
+            && Arc::ptr_eq(values, &self.values)
+        {
+            return settings.clone();
+        }
+        let settings = Arc::new(self.make_settings());
+        *kept = Some((self.values.clone(), settings.clone()));
+        settings
+    }
+
+    fn make_settings(&self) -> Settings {
         let search_path = self.search_path();
         Settings {
             user: self.user.clone(),
@@ -597,6 +615,26 @@ mod tests {
 
     fn session() -> Session {
         Session::new("alice", "public")
+    }
+
+    #[test]
+    fn engine_settings_are_made_again_after_a_setting_or_the_database_changes() {
+        let mut s = Session::new("u", "public");
+        let first = s.engine_settings();
+        assert!(
+            Arc::ptr_eq(&first, &s.engine_settings()),
+            "kept while nothing changed"
+        );
+        s.set("search_path", "sales, public").expect("set");
+        assert_eq!(s.engine_settings().search_path, vec!["sales", "public"]);
+        s.set("TimeZone", "Europe/Paris").expect("set");
+        assert_eq!(s.engine_settings().time_zone, "Europe/Paris");
+        s.reset_all();
+        assert_eq!(s.engine_settings().search_path, first.search_path);
+        assert_eq!(s.engine_settings().time_zone, first.time_zone);
+        let s = s.with_database("analytics");
+        assert_eq!(s.engine_settings().database, "analytics");
+        assert_eq!(s.engine_settings().user, "u");
     }
 
     #[test]

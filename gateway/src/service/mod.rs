@@ -318,10 +318,15 @@ impl GatewayService {
     }
 
     /// The session's engine settings, with the catalog view its access rules allow.
-    fn engine_settings(&self, session: &Session) -> Settings {
-        let mut settings = session.engine_settings();
-        settings.visible = self.security.visibility(session.user());
-        settings
+    fn engine_settings(&self, session: &Session) -> Arc<Settings> {
+        let settings = session.engine_settings();
+        match self.security.visibility(session.user()) {
+            None => settings,
+            Some(visible) => Arc::new(Settings {
+                visible: Some(visible),
+                ..(*settings).clone()
+            }),
+        }
     }
 
     /// What a statement takes and returns, without running it (`None`: it returns no rows).

@@ -159,7 +159,7 @@ pub struct Plan {
     /// What runs (shared with the kept plan of the same statement).
     pub rewrites: Arc<Rewrites>,
     /// The session's settings, with the catalog view this user may see.
-    pub settings: Settings,
+    pub settings: Arc<Settings>,
     /// Shape, columns and the final scan estimate.
     pub profile: QueryProfile,
     /// The group and the rule.
@@ -179,7 +179,7 @@ impl Plan {
         rewrites: Arc<Rewrites>,
         decided: Decided,
         resolved: Resolved,
-        settings: Settings,
+        settings: Arc<Settings>,
     ) -> Self {
         let Decided {
             profile,
@@ -281,7 +281,7 @@ impl GatewayService {
         &'a self,
         statement: &'a Statement,
         params: Option<&'a ParamValues>,
-        settings: Settings,
+        settings: Arc<Settings>,
         ctx: &'a StatementContext,
     ) -> futures::future::BoxFuture<'a, Result<Plan>> {
         // Boxed and erased: every frontend nests it, and its state is large.
@@ -292,7 +292,7 @@ impl GatewayService {
         &self,
         statement: &Statement,
         params: Option<&ParamValues>,
-        settings: Settings,
+        settings: Arc<Settings>,
         ctx: &StatementContext,
     ) -> Result<Plan> {
         let routing = self.router.table();
@@ -326,7 +326,7 @@ impl GatewayService {
         &self,
         statement: &Statement,
         params: Option<&ParamValues>,
-        settings: Settings,
+        settings: Arc<Settings>,
         ctx: &StatementContext,
         routing: Arc<crate::routing::rules::RoutingTable>,
         interned: &super::weight::Interned,
@@ -444,7 +444,7 @@ impl GatewayService {
         chosen: &Chosen,
         resolved: Resolved,
         params: Option<&ParamValues>,
-        settings: Settings,
+        settings: Arc<Settings>,
         ctx: &StatementContext,
     ) -> Result<Plan> {
         let decided = self

@@ -229,7 +229,12 @@ fn plan_as(
     )?;
     let decided = decide(&intent.chosen, &resolved, estimate, ctx, ENGINES)?;
     let rewrites = Rewrites::new(intent.statement, masked, intent.names);
-    Ok(Plan::new(Arc::new(rewrites), decided, resolved, settings))
+    Ok(Plan::new(
+        Arc::new(rewrites),
+        decided,
+        resolved,
+        Arc::new(settings),
+    ))
 }
 
 fn plan(
