@@ -14,19 +14,27 @@ use tokio::sync::mpsc;
 /// Predicates remembered per table (the hottest are kept).
 const PREDICATES_PER_TABLE: usize = 32;
 
-/// What one query read.
-#[derive(Debug, Clone)]
-pub struct Observation {
+/// What a statement reads: its tables and the columns it compares, joins and groups by
+/// (the same for every execution of one statement: shared).
+#[derive(Debug, Clone, Default)]
+pub struct Read {
     /// `(namespace, table)` of every lake table read.
     pub tables: Vec<(String, String)>,
-    /// The query's WHERE as an Iceberg predicate, when it reads one table and translates.
-    pub predicate: Option<Predicate>,
     /// Columns compared in WHERE / HAVING.
     pub filter_columns: Vec<String>,
     /// Columns in JOIN conditions.
     pub join_columns: Vec<String>,
     /// Columns in GROUP BY.
     pub group_columns: Vec<String>,
+}
+
+/// What one query read.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// Its tables and columns.
+    pub read: Arc<Read>,
+    /// The query's WHERE as an Iceberg predicate, when it reads one table and translates.
+    pub predicate: Option<Predicate>,
 }
 
 /// An observation with its outcome.
@@ -225,8 +233,9 @@ impl Heat {
     /// Folds one event in.
     pub fn record(&mut self, event: &Event) {
         let hl = self.half_life;
-        let single = event.observation.tables.len() == 1;
-        for (ns, t) in &event.observation.tables {
+        let read = &event.observation.read;
+        let single = read.tables.len() == 1;
+        for (ns, t) in &read.tables {
             write_table_key(&mut self.key, ns, t);
             let heat = entry_of(&mut self.tables, &self.key);
             heat.reads.add(1.0, event.at, hl);
@@ -235,9 +244,9 @@ impl Heat {
                 None => event.millis,
             });
             let weighted = [
-                (&event.observation.filter_columns, 1.0),
-                (&event.observation.join_columns, 0.5),
-                (&event.observation.group_columns, 0.25),
+                (&read.filter_columns, 1.0),
+                (&read.join_columns, 0.5),
+                (&read.group_columns, 0.25),
             ];
             for (columns, w) in weighted {
                 for c in columns {
@@ -318,11 +327,13 @@ mod tests {
     fn event(filter: &str, at: f64) -> Event {
         Event {
             observation: Observation {
-                tables: vec![("s".into(), "orders".into())],
+                read: Arc::new(Read {
+                    tables: vec![("s".into(), "orders".into())],
+                    filter_columns: vec![filter.into()],
+                    join_columns: vec![],
+                    group_columns: vec!["region".into()],
+                }),
                 predicate: Some(Reference::new(filter).equal_to(Datum::long(7))),
-                filter_columns: vec![filter.into()],
-                join_columns: vec![],
-                group_columns: vec!["region".into()],
             },
             millis: 10.0,
             at,

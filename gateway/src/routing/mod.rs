@@ -95,7 +95,7 @@ pub struct Decision {
     /// Why this group.
     pub reason: GroupChoice,
     /// The group (its candidates are ordered when the statement runs: [`Router::order`]).
-    pub group: GroupSpec,
+    pub group: std::sync::Arc<GroupSpec>,
 }
 
 /// The router, shared by every session.

@@ -4,7 +4,7 @@
 
 use datafusion::common::ParamValues;
 use lakegate_engines::lake::estimate;
-use lakegate_maintenance::telemetry::{Event, Observation};
+use lakegate_maintenance::telemetry::{Event, Observation, Read};
 
 use super::GatewayService;
 use super::plan::Plan;
@@ -35,11 +35,8 @@ impl GatewayService {
             _ => None,
         };
         Some(Observation {
-            tables: p.tables.clone(),
+            read: plan.read.clone(),
             predicate,
-            filter_columns: p.filter_columns.clone(),
-            join_columns: p.join_columns.clone(),
-            group_columns: p.group_columns.clone(),
         })
     }
 
@@ -73,11 +70,13 @@ impl GatewayService {
             }
             self.maintainer.replay(&Event {
                 observation: Observation {
-                    tables: profile.tables,
+                    read: std::sync::Arc::new(Read {
+                        tables: profile.tables,
+                        filter_columns: profile.filter_columns,
+                        join_columns: profile.join_columns,
+                        group_columns: profile.group_columns,
+                    }),
                     predicate: None,
-                    filter_columns: profile.filter_columns,
-                    join_columns: profile.join_columns,
-                    group_columns: profile.group_columns,
                 },
                 millis: record.millis,
                 at: record.started_us as f64 / 1e6,

@@ -82,14 +82,17 @@ pub struct Intent {
 pub struct Chosen {
     /// The tables it reads.
     pub refs: References,
-    /// Its shape and columns; `scan_bytes` from the versions last seen.
-    pub profile: QueryProfile,
+    /// Its shape and columns; `scan_bytes` from the versions last seen (shared by every
+    /// plan of a kept statement).
+    pub profile: Arc<QueryProfile>,
     /// The rule that chose the group, if one did.
     pub rule: Option<String>,
     /// Why this group.
     pub choice: GroupChoice,
     /// The group it runs in.
-    pub group: GroupSpec,
+    pub group: Arc<GroupSpec>,
+    /// Its tables and columns, for the maintenance heat (made once, sent per execution).
+    pub read: Arc<lakegate_maintenance::telemetry::Read>,
 }
 
 /// The bytes a statement is expected to scan.
@@ -135,8 +138,12 @@ impl RunsOn {
 /// Steps 7–8's answer: the final profile, the group and how its engines are chosen.
 #[derive(Debug)]
 pub struct Decided {
-    /// Shape, columns and the final scan estimate.
-    pub profile: QueryProfile,
+    /// Shape and columns (the statement's, shared).
+    pub profile: Arc<QueryProfile>,
+    /// The final scan estimate.
+    pub scan_bytes: u64,
+    /// Its tables and columns, for the maintenance heat.
+    pub read: Arc<lakegate_maintenance::telemetry::Read>,
     /// The group and the rule.
     pub decision: Decision,
     /// Which engines run it.
@@ -160,8 +167,12 @@ pub struct Plan {
     pub rewrites: Arc<Rewrites>,
     /// The session's settings, with the catalog view this user may see.
     pub settings: Arc<Settings>,
-    /// Shape, columns and the final scan estimate.
-    pub profile: QueryProfile,
+    /// Shape and columns (the statement's, shared).
+    pub profile: Arc<QueryProfile>,
+    /// The final scan estimate.
+    pub scan_bytes: u64,
+    /// Its tables and columns, for the maintenance heat.
+    pub read: Arc<lakegate_maintenance::telemetry::Read>,
     /// The group and the rule.
     pub decision: Decision,
     /// Table versions and system tables.
@@ -183,6 +194,8 @@ impl Plan {
     ) -> Self {
         let Decided {
             profile,
+            scan_bytes,
+            read,
             decision,
             runs_on,
         } = decided;
@@ -190,6 +203,8 @@ impl Plan {
             rewrites,
             settings,
             profile,
+            scan_bytes,
+            read,
             decision,
             resolved,
             runs_on,
@@ -256,7 +271,7 @@ impl Plan {
 
     /// The scan estimate.
     pub fn scan_bytes(&self) -> u64 {
-        self.profile.scan_bytes.unwrap_or(0)
+        self.scan_bytes
     }
 
     /// `schema` (the client's result schema) with its columns' catalog places.
@@ -550,10 +565,16 @@ pub fn intend(
         names,
         chosen: Chosen {
             refs,
-            profile,
+            read: Arc::new(lakegate_maintenance::telemetry::Read {
+                tables: profile.tables.clone(),
+                filter_columns: profile.filter_columns.clone(),
+                join_columns: profile.join_columns.clone(),
+                group_columns: profile.group_columns.clone(),
+            }),
+            profile: Arc::new(profile),
             rule,
             choice,
-            group,
+            group: Arc::new(group),
         },
     })
 }
@@ -584,8 +605,7 @@ pub fn decide(
             ),
         });
     }
-    let mut profile = chosen.profile.clone();
-    profile.scan_bytes = Some(estimate.bytes);
+    let profile = chosen.profile.clone();
     let decision = Decision {
         rule: chosen.rule.clone(),
         reason: chosen.choice,
@@ -609,6 +629,8 @@ pub fn decide(
     };
     Ok(Decided {
         profile,
+        scan_bytes: estimate.bytes,
+        read: chosen.read.clone(),
         decision,
         runs_on,
     })
