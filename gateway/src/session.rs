@@ -148,17 +148,14 @@ pub struct Session {
     cursors: HashMap<String, Cursor>,
     /// The text formatting options made from `values`, kept while `values` is that version
     /// (the map is replaced, never changed in place, while this holds it).
-    formatting: std::sync::Mutex<Option<Formatting>>,
+    formatting: std::sync::Mutex<Option<Made<pgwire::types::format::FormatOptions>>>,
     /// The engine settings made from `values` (and the user and database), kept likewise:
     /// every statement asks for them.
-    settings: std::sync::Mutex<Option<(Arc<BTreeMap<String, String>>, Arc<Settings>)>>,
+    settings: std::sync::Mutex<Option<Made<Settings>>>,
 }
 
-/// The text formatting options of one version of a session's settings.
-type Formatting = (
-    Arc<BTreeMap<String, String>>,
-    Arc<pgwire::types::format::FormatOptions>,
-);
+/// What was made from one version of a session's settings.
+type Made<T> = (Arc<BTreeMap<String, String>>, Arc<T>);
 
 impl Session {
     /// A new session for `user` with PostgreSQL's defaults and `search_path = default_schema`.
