@@ -157,6 +157,24 @@ pub struct Session {
 /// What was made from one version of a session's settings.
 type Made<T> = (Arc<BTreeMap<String, String>>, Arc<T>);
 
+/// What `slot` keeps for `values` (this version of the settings: the map is replaced, never
+/// changed in place), else made by `make` now and kept.
+fn made_for<T>(
+    slot: &std::sync::Mutex<Option<Made<T>>>,
+    values: &Arc<BTreeMap<String, String>>,
+    make: impl FnOnce() -> T,
+) -> Arc<T> {
+    let mut kept = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((at, made)) = kept.as_ref()
+        && Arc::ptr_eq(at, values)
+    {
+        return made.clone();
+    }
+    let made = Arc::new(make());
+    *kept = Some((values.clone(), made.clone()));
+    made
+}
+
 impl Session {
     /// A new session for `user` with PostgreSQL's defaults and `search_path = default_schema`.
     pub fn new(user: &str, default_schema: &str) -> Self {
@@ -316,15 +334,7 @@ impl Session {
         &self,
         make: impl FnOnce(&BTreeMap<String, String>) -> pgwire::types::format::FormatOptions,
     ) -> Arc<pgwire::types::format::FormatOptions> {
-        let mut kept = self.formatting.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((values, options)) = kept.as_ref()
-            && Arc::ptr_eq(values, &self.values)
-        {
-            return options.clone();
-        }
-        let options = Arc::new(make(&self.values));
-        *kept = Some((self.values.clone(), options.clone()));
-        options
+        made_for(&self.formatting, &self.values, || make(&self.values))
     }
 
     /// The engine this session pins (`SET lakegate.engine`), `None` for routing.
@@ -417,15 +427,7 @@ impl Session {
     /// The settings an engine needs: made when a setting changed since the last call, else
     /// the ones made then.
     pub fn engine_settings(&self) -> Arc<Settings> {
-        let mut kept = self.settings.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((values, settings)) = kept.as_ref()
-            && Arc::ptr_eq(values, &self.values)
-        {
-            return settings.clone();
-        }
-        let settings = Arc::new(self.make_settings());
-        *kept = Some((self.values.clone(), settings.clone()));
-        settings
+        made_for(&self.settings, &self.values, || self.make_settings())
     }
 
     fn make_settings(&self) -> Settings {

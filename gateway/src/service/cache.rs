@@ -327,18 +327,18 @@ impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
         compute: F,
     ) -> Result<Arc<CachedResult>, Arc<Uncached>>
     where
-        F: std::future::Future<Output = Result<CachedResult, Uncached>> + Send,
+        F: std::future::Future<Output = Result<CachedResult, Uncached>>,
     {
         if let Some(hit) = self.store.get(&key).await {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
         }
-        // Boxed: the store's insertion future holds `compute` and is large; made only on a
-        // miss, so a hit's state (copied whole into the statement's guard) stays small.
         let max = self.config.max_entry_bytes;
         let stats = &self.stats;
-        let inserting: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> =
-            Box::pin(self.store.entry(key).or_try_insert_with(async move {
+        let entry = self
+            .store
+            .entry(key)
+            .or_try_insert_with(async move {
                 stats.executions.fetch_add(1, Ordering::Relaxed);
                 let result = match compute.await {
                     Err(Uncached::TooLarge) => Err(Uncached::TooLarge),
@@ -350,8 +350,8 @@ impl<S: BuildHasher + Clone + Send + Sync + 'static> ResultCache<S> {
                 }
                 let result = result?;
                 Ok(Arc::new(result))
-            }));
-        let entry = inserting.await?;
+            })
+            .await?;
         if entry.is_fresh() {
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
         } else {
