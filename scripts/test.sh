@@ -20,8 +20,14 @@ export LAKEGATE_PYTHON="$PWD/.cache/venv/bin/python"
 export LAKEGATE_JARS="$PWD/.cache/jars"
 export LAKEGATE_DUCKDB_EXTENSIONS="$PWD/.cache/duckdb/v1.5.5"
 
+TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
+# A first build (a fresh clone, CI) gains nothing from incremental state and would write
+# ~2 GB of it beside the ~4 GB it needs; a target dir already built keeps its own setting.
+if [ ! -d "$TARGET/debug/incremental" ] && [ -z "${CARGO_INCREMENTAL:-}" ]; then
+  export CARGO_INCREMENTAL=0
+fi
 cargo build --workspace --bins
-export LAKEGATE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/lakegate"
+export LAKEGATE_BIN="$TARGET/debug/lakegate"
 
 if [ "$mode" != e2e ]; then
   cargo test --workspace --no-fail-fast

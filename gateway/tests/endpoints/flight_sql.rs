@@ -2,8 +2,6 @@
 //! prepared statement with a bound parameter, metadata, and errors as gRPC statuses. Expected
 //! answers come from PyIceberg (`expected.json`).
 
-mod common;
-
 use std::sync::Arc;
 
 use arrow::array::{Array, Int64Array, RecordBatch, StringArray};
@@ -11,7 +9,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::FlightInfo;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandGetDbSchemas, CommandGetTables};
-use common::{TestGateway, lake, start};
+use crate::common::{TestGateway, lake, start};
 use futures::TryStreamExt;
 use tonic::transport::Channel;
 

@@ -2,9 +2,7 @@
 //! warehouse written by PyIceberg, queried with tokio-postgres (simple, extended, binary,
 //! portals, cancel). Expected answers come from PyIceberg's own reading (`expected.json`).
 
-mod common;
-
-use common::{TestGateway, lake, start};
+use crate::common::{TestGateway, lake, start};
 use futures::{StreamExt, pin_mut};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
