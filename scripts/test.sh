@@ -26,7 +26,9 @@ TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
 if [ ! -d "$TARGET/debug/incremental" ] && [ -z "${CARGO_INCREMENTAL:-}" ]; then
   export CARGO_INCREMENTAL=0
 fi
-cargo build --workspace --bins
+# Binaries and tests in one build: `cargo test` alone would build the binaries again under the
+# tests' feature set (dev-dependencies unify features), two copies of the workspace's crates.
+cargo build --workspace --all-targets
 export LAKEGATE_BIN="$TARGET/debug/lakegate"
 
 if [ "$mode" != e2e ]; then
