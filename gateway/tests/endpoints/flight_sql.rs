@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
+use crate::common::{TestGateway, lake, start};
 use arrow::array::{Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::FlightInfo;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandGetDbSchemas, CommandGetTables};
-use crate::common::{TestGateway, lake, start};
 use futures::TryStreamExt;
 use tonic::transport::Channel;
 
