@@ -1,7 +1,7 @@
-//! Test harness shared by the integration tests: a PyIceberg-written warehouse (made once per
+//! Test harness of the endpoint tests: a PyIceberg-written warehouse (made once per
 //! test binary) and the real `lakegate` binary on ephemeral ports, killed on drop.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(unreachable_pub)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -11,7 +11,6 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 pub struct Lake {
-    pub dir: PathBuf,
     pub flags: Vec<String>,
     pub expected: Value,
 }
@@ -51,11 +50,7 @@ pub fn lake() -> &'static Lake {
             &std::fs::read_to_string(dir.join("expected.json")).expect("expected.json"),
         )
         .expect("valid json");
-        Lake {
-            dir,
-            flags,
-            expected,
-        }
+        Lake { flags, expected }
     })
 }
 
