@@ -2,7 +2,8 @@
 //! counting allocator (this test binary only) measures the bytes a cache of point lookups and
 //! dashboards keeps, and the charge must cover them — otherwise `[cache] max_bytes` does not
 //! bound the gateway's memory (it once charged 1 KB of a 14 KB entry). The charge must not be
-//! wildly above either, or the cache keeps far fewer answers than its bound allows.
+//! wildly above either, or the cache keeps far fewer answers than its bound allows. Each entry
+//! here also keeps the largest encoding of its rows a frontend may put beside it.
 
 use std::alloc::System;
 use std::sync::Arc;
@@ -55,11 +56,8 @@ fn order(id: i64) -> CachedResult {
         Arc::new(StringArray::from(vec!["shipped"])),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns).expect("batch");
-    CachedResult {
-        schema,
-        bytes: batch.get_array_memory_size() as u64,
-        batches: vec![batch],
-    }
+    let bytes = batch.get_array_memory_size() as u64;
+    CachedResult::new(schema, vec![batch], bytes)
 }
 
 const DASHBOARD: &str = "SELECT l.status, date_trunc('month', o.event_ts) AS month, \
@@ -80,10 +78,17 @@ async fn fill(
     for (statement, params, result) in (0..n).map(&entry) {
         let key = cache.key(&statement, params.as_ref(), &pins, &settings);
         drop(statement);
-        cache
+        let cached = cache
             .get_or_compute(key, async move { Ok(result) })
             .await
             .expect("cached");
+        // A frontend may keep the rows encoded beside it, as many bytes as its room.
+        let room = cached.encodings.room();
+        assert!(room > 0, "a small result has room for its encoding");
+        let kept = cached
+            .encodings
+            .keep(Arc::new(vec![1u8; room as usize]), room);
+        assert!(kept);
     }
     let stats = cache.stats_values().await;
     // What dropping the cache gives back is what it held.

@@ -8,7 +8,6 @@
 //! once (single flight) and share the answer, so a commit followed by a refresh storm costs one
 //! execution. Only deterministic statements over lake tables are cached.
 
-use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -22,6 +21,7 @@ use datafusion::sql::sqlparser::ast::{Expr, Statement, visit_expressions};
 use lakegate_engines::{Pins, Settings};
 use serde::{Deserialize, Serialize};
 
+use super::encodings::Encodings;
 use super::weight;
 
 /// `[cache]` configuration.
@@ -60,6 +60,8 @@ pub struct CachedResult {
     pub batches: Vec<RecordBatch>,
     /// Arrow bytes held.
     pub bytes: u64,
+    /// Its rows as a frontend encoded them for the next hit ([`super::encodings`]).
+    pub encodings: Arc<Encodings>,
 }
 
 /// Counters, as `lakegate.cache_stats` shows them.
@@ -185,11 +187,23 @@ impl CacheKey {
 }
 
 impl CachedResult {
-    /// The heap this result holds: its Arrow bytes, its schema and its batches' headers.
+    /// `batches` of `schema`, holding `bytes` of Arrow arrays.
+    pub fn new(schema: SchemaRef, batches: Vec<RecordBatch>, bytes: u64) -> Self {
+        Self {
+            schema,
+            batches,
+            bytes,
+            encodings: Arc::new(Encodings::for_result(bytes)),
+        }
+    }
+
+    /// The heap this result holds: its Arrow bytes, its schema, its batches' headers and the
+    /// room for an encoding of its rows.
     pub fn weight(&self) -> u64 {
         self.bytes
             + weight::schema(&self.schema)
             + (self.batches.len() * (size_of::<RecordBatch>() + 64)) as u64
+            + self.encodings.room()
     }
 }
 
@@ -202,8 +216,9 @@ pub enum Uncached {
     Failed(Arc<crate::error::Error>),
 }
 
-/// The cache (`S` hashes keys; tests make it collide on purpose).
-pub struct ResultCache<S = RandomState> {
+/// The cache (`S` hashes keys: foldhash, randomly seeded, as for every cache on the
+/// statement path; tests make it collide on purpose).
+pub struct ResultCache<S = foldhash::fast::RandomState> {
     config: CacheConfig,
     store: moka::future::Cache<CacheKey, Arc<CachedResult>, S>,
     stats: CacheStats,
@@ -234,7 +249,7 @@ const VOLATILE: &[&str] = &[
 impl ResultCache {
     /// A cache with `config`'s bounds.
     pub fn new(config: CacheConfig) -> Self {
-        Self::with_hasher(config, RandomState::new())
+        Self::with_hasher(config, foldhash::fast::RandomState::default())
     }
 
     /// Whether what `rewrites` runs answers from the tables it reads at `pins` alone.
@@ -487,11 +502,8 @@ mod tests {
             vec![Arc::new(arrow::array::Int64Array::from(vec![n]))],
         )
         .expect("batch");
-        CachedResult {
-            schema,
-            bytes: batch.get_array_memory_size() as u64,
-            batches: vec![batch],
-        }
+        let bytes = batch.get_array_memory_size() as u64;
+        CachedResult::new(schema, vec![batch], bytes)
     }
 
     #[tokio::test]

@@ -225,7 +225,7 @@ struct Variants {
 
 /// The kept plans, by statement.
 pub(crate) struct KeptPlans {
-    plans: moka::sync::Cache<Tree, Variants>,
+    plans: moka::sync::Cache<Tree, Variants, foldhash::fast::RandomState>,
     /// Plans that reused a kept one (steps 7–8 only).
     reused: AtomicU64,
     /// Plans made from the start (and kept, when [`keepable`]).
@@ -238,7 +238,7 @@ impl Default for KeptPlans {
             plans: moka::sync::Cache::builder()
                 .max_capacity(KEPT_BYTES)
                 .weigher(|_: &Tree, v: &Variants| u32::try_from(v.bytes).unwrap_or(u32::MAX))
-                .build(),
+                .build_with_hasher(foldhash::fast::RandomState::default()),
             reused: AtomicU64::new(0),
             made: AtomicU64::new(0),
         }

@@ -66,7 +66,7 @@ pub struct Parser {
     /// See [`lake_rules`].
     lake: Vec<Arc<dyn SqlStatementRewriteRule>>,
     max_call_nesting: usize,
-    parsed: moka::sync::Cache<Arc<str>, Arc<Vec<Statement>>>,
+    parsed: moka::sync::Cache<Arc<str>, Arc<Vec<Statement>>, foldhash::fast::RandomState>,
     /// Lifted templates of texts by their shape ([`super::shapes`]).
     shapes: super::shapes::Shapes,
 }
@@ -83,7 +83,7 @@ impl Parser {
                 .weigher(|sql: &Arc<str>, statements: &Arc<Vec<Statement>>| {
                     u32::try_from(super::weight::parsed(sql, statements.len())).unwrap_or(u32::MAX)
                 })
-                .build(),
+                .build_with_hasher(foldhash::fast::RandomState::default()),
             shapes: super::shapes::Shapes::default(),
         }
     }

@@ -498,3 +498,14 @@ fn engines_are_the_planner_a_pinned_engine_or_the_groups_candidates() {
         Err(Error::EngineNotConfigured { .. })
     ));
 }
+
+#[test]
+fn the_history_names_each_pinned_snapshot() {
+    let orders = table("shop", "orders", &["status"]);
+    let mut committed = (*orders).clone();
+    committed.snapshot_id = Some(-9_223_372_036_854_775_807);
+    let lines = table("shop", "lines", &["sku"]);
+    let list = super::snapshot_list(&pins(&[committed.into(), lines]), ",");
+    assert_eq!(list, "shop.lines@empty,shop.orders@-9223372036854775807");
+    assert_eq!(super::snapshot_list(&Pins::default(), ", "), "");
+}

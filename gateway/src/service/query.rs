@@ -13,6 +13,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 
 use super::cache::{CacheOutcome, CachedResult, ResultCache, Uncached};
+use super::encodings::Encodings;
 use super::output_names;
 use super::plan::Plan;
 use super::run::Ran;
@@ -21,7 +22,6 @@ use crate::error::{Error, Result};
 use crate::observe::history::PendingQuery;
 use crate::session::Session;
 
-/// A stream of rows, the engine that computed them (empty for a cache hit) and the cache's part.
 /// A plan's rows as the cache or an engine gives them.
 struct Answer {
     stream: SendableRecordBatchStream,
@@ -30,6 +30,8 @@ struct Answer {
     outcome: CacheOutcome,
     /// How long this caller's run waited for a slot of its group.
     queued: Duration,
+    /// Where a frontend may keep their encoding, when they are a cached result's.
+    encodings: Option<Arc<Encodings>>,
 }
 
 impl Answer {
@@ -39,8 +41,16 @@ impl Answer {
             engine: ran.engine,
             outcome,
             queued: ran.queued,
+            encodings: None,
         }
     }
+}
+
+/// A query's rows, streamed, and where a frontend may keep their encoding (a cached
+/// result's: [`super::encodings`]).
+pub(crate) struct Rows {
+    pub stream: SendableRecordBatchStream,
+    pub encodings: Option<Arc<Encodings>>,
 }
 
 /// How long a query's rows are read.
@@ -67,7 +77,7 @@ impl GatewayService {
         session: &Session,
         ctx: &StatementContext,
         reading: Reading,
-    ) -> Result<SendableRecordBatchStream> {
+    ) -> Result<Rows> {
         // The text is the plan's (printed once per kept plan), or printed here on a failure.
         let mut pending = self.history.start(ctx, String::new());
         if let Some(written) = lifted_from {
@@ -80,7 +90,10 @@ impl GatewayService {
             .answer(statement, params, session, ctx, reading, &mut pending)
             .await
         {
-            Ok(stream) => Ok(pending.track(self.history.clone(), stream)),
+            Ok(Rows { stream, encodings }) => Ok(Rows {
+                stream: pending.track(self.history.clone(), stream),
+                encodings,
+            }),
             Err(e) => {
                 if pending.record.sql.is_empty() {
                     pending.set_sql(&lifted_from.unwrap_or(statement).to_string());
@@ -99,7 +112,7 @@ impl GatewayService {
         ctx: &StatementContext,
         reading: Reading,
         pending: &mut PendingQuery,
-    ) -> Result<SendableRecordBatchStream> {
+    ) -> Result<Rows> {
         let started = Instant::now();
         let settings = self.engine_settings(session);
         let plan = ctx
@@ -120,6 +133,7 @@ impl GatewayService {
             engine,
             outcome,
             queued,
+            encodings,
         } = ctx
             .guard(self.cached_or_run(&plan, params, ctx.query_id))
             .await?;
@@ -144,10 +158,11 @@ impl GatewayService {
         let annotated = plan.with_origins(&stream.schema());
         let stream = output_names::with_schema(stream, annotated);
         let rows = self.limited(stream, &plan.decision.group);
-        Ok(match reading {
+        let stream = match reading {
             Reading::Statement => ctx.bound(rows),
             Reading::Cursor => rows,
-        })
+        };
+        Ok(Rows { stream, encodings })
     }
 
     /// The plan's answer from the cache when it may be cached, else run.
@@ -209,6 +224,7 @@ impl GatewayService {
                     engine,
                     outcome,
                     queued,
+                    encodings: Some(result.encodings.clone()),
                 })
             }
             Err(e) => match e.as_ref() {
@@ -220,6 +236,7 @@ impl GatewayService {
                             engine,
                             outcome: CacheOutcome::TooLarge,
                             queued,
+                            encodings: None,
                         }),
                         // Another caller computed it: run it here, streaming.
                         None => Ok(Answer::ran(
@@ -262,11 +279,7 @@ async fn collect_capped(
             return Err(Uncached::TooLarge);
         }
     }
-    Ok(CachedResult {
-        schema,
-        batches,
-        bytes,
-    })
+    Ok(CachedResult::new(schema, batches, bytes))
 }
 
 /// Batches already in memory, as a stream.

@@ -203,7 +203,7 @@ pub(crate) type Intern<'a> = &'a dyn Fn(&Statement) -> Interned;
 
 /// The learned shapes, by masked text.
 pub(crate) struct Shapes {
-    known: moka::sync::Cache<Arc<str>, Arc<Known>>,
+    known: moka::sync::Cache<Arc<str>, Arc<Known>, foldhash::fast::RandomState>,
     hits: AtomicU64,
     learned: AtomicU64,
     refused: AtomicU64,
@@ -222,7 +222,7 @@ impl Default for Shapes {
                     };
                     u32::try_from(bytes).unwrap_or(u32::MAX)
                 })
-                .build(),
+                .build_with_hasher(foldhash::fast::RandomState::default()),
             hits: AtomicU64::new(0),
             learned: AtomicU64::new(0),
             refused: AtomicU64::new(0),

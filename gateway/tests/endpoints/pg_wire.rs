@@ -208,3 +208,101 @@ async fn large_results_stream_without_materialising() {
         "gateway peak RSS {peak_kb} kB suggests the result was materialised"
     );
 }
+
+/// A column's value as its bytes on the wire, whatever its type.
+#[derive(Debug, PartialEq)]
+struct Wire(Option<Vec<u8>>);
+
+impl<'a> postgres_types::FromSql<'a> for Wire {
+    fn from_sql(
+        _: &postgres_types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Self(Some(raw.to_vec())))
+    }
+
+    fn from_sql_null(
+        _: &postgres_types::Type,
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Self(None))
+    }
+
+    fn accepts(_: &postgres_types::Type) -> bool {
+        true
+    }
+}
+
+/// The result cache's hits counted so far.
+async fn cache_hits(client: &Client) -> i64 {
+    let rows = client
+        .query(
+            "SELECT value FROM lakegate.cache_stats WHERE name = 'hits'",
+            &[],
+        )
+        .await
+        .expect("cache stats");
+    rows[0].get(0)
+}
+
+/// A cached result keeps its rows encoded for the next hit (`frontend::pg::encoded`): hits
+/// in text and in binary, alternating, each send what the first answer of their format sent
+/// — a text hit after a binary one is text again — with the values PostgreSQL gives.
+#[tokio::test]
+async fn cached_answers_alternating_text_and_binary_stay_exact() {
+    let gw = start();
+    let client = connect(&gw).await;
+    let sql = "SELECT id, b, f, d, n, s, dt, t, ts, bin, u FROM all_types ORDER BY id";
+    let text = || async {
+        client
+            .simple_query(sql)
+            .await
+            .expect("text")
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
+                _ => None,
+            })
+            .collect::<Vec<Vec<Option<String>>>>()
+    };
+    let binary = || async {
+        client
+            .query(sql, &[])
+            .await
+            .expect("binary")
+            .iter()
+            .map(|r| (0..r.len()).map(|i| r.get::<_, Wire>(i)).collect())
+            .collect::<Vec<Vec<Wire>>>()
+    };
+    let hits = cache_hits(&client).await;
+    let (text_1, binary_1) = (text().await, binary().await);
+    let (text_2, text_3) = (text().await, text().await);
+    let (binary_2, binary_3) = (binary().await, binary().await);
+    let text_4 = text().await;
+    assert!(
+        cache_hits(&client).await - hits >= 6,
+        "the answers after the first were hits"
+    );
+    for hit in [&text_2, &text_3, &text_4] {
+        assert_eq!(hit, &text_1);
+    }
+    for hit in [&binary_2, &binary_3] {
+        assert_eq!(hit, &binary_1);
+    }
+    let first = &text_1[0];
+    let printed = |i: usize| first[i].as_deref();
+    assert_eq!(printed(0), Some("1"));
+    assert_eq!(printed(2), Some("1.5"));
+    assert_eq!(printed(3), Some("-2.25"));
+    assert_eq!(printed(8), Some("2024-02-29 13:45:30.123456"));
+    assert_eq!(printed(9), Some("\\x0001feff"));
+    assert!(
+        text_1[2].iter().skip(1).all(Option::is_none),
+        "row 3 is NULLs"
+    );
+    let sent = &binary_1[0];
+    assert_eq!(sent[0], Wire(Some(1i32.to_be_bytes().to_vec())));
+    assert_eq!(sent[3], Wire(Some((-2.25f64).to_be_bytes().to_vec())));
+    assert_eq!(sent[9], Wire(Some(vec![0, 1, 0xfe, 0xff])));
+}

@@ -15,11 +15,12 @@ use lakegate_engines::pg_text;
 use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse};
 use pgwire::error::PgWireResult;
-use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
 
+use super::encoded::{Memo, Rows};
 use super::handler::to_pg_error;
 use crate::error::Error;
+use crate::service::encodings::Encodings;
 use crate::service::{numeric, origins};
 use crate::session::Session;
 
@@ -349,36 +350,53 @@ fn same_format(a: &Format, b: &Format) -> bool {
 }
 
 /// A streaming query response: each Arrow batch becomes data rows as it arrives (the service
-/// already ends the stream with 57014 on a cancel or `statement_timeout`).
+/// already ends the stream with 57014 on a cancel or `statement_timeout`). A cached result's
+/// rows (`encodings`) are sent as a response encoded them before, when it encoded them the
+/// same way ([`super::encoded`]).
 pub(crate) fn query_response(
     stream: SendableRecordBatchStream,
     tag: &str,
     format: &Format,
     options: Arc<FormatOptions>,
     last: &LastFields,
+    encodings: Option<Arc<Encodings>>,
 ) -> PgWireResult<QueryResponse> {
-    let time_zone = options.time_zone.clone();
-    let fields = last.fields(&stream.schema(), format, options)?;
-    let wire = wire_schema(&stream.schema());
+    let schema = stream.schema();
+    let fields = last.fields(&schema, format, options.clone())?;
+    let memo = Memo::of(encodings, &schema, &fields, &options);
+    let wire = wire_schema(&schema);
     let row_fields = fields.clone();
+    let time_zone = options.time_zone.clone();
     let mut last = None;
-    let rows = stream
-        .map(move |batch| {
-            let batch = match (&wire, batch) {
-                (Some(schema), Ok(b)) => to_wire(b, schema).map_err(DataFusionError::from),
-                (_, other) => other,
+    let encode = move |batch: datafusion::error::Result<RecordBatch>| -> Rows {
+        let batch = match (&wire, batch) {
+            (Some(schema), Ok(b)) => to_wire(b, schema).map_err(DataFusionError::from),
+            (_, other) => other,
+        }
+        .and_then(|b| {
+            pg_text_columns(b, &row_fields, &time_zone, &mut last).map_err(DataFusionError::from)
+        });
+        match batch {
+            Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+            Err(e) => Box::new(std::iter::once(Err(to_pg_error(&Error::Engine(e.into()))))),
+        }
+    };
+    let rows = stream::unfold(
+        (stream, encode, memo),
+        |(mut stream, mut encode, mut memo)| async move {
+            match stream.next().await {
+                Some(batch) => {
+                    let rows = memo.rows(batch, &mut encode);
+                    Some((stream::iter(rows), (stream, encode, memo)))
+                }
+                None => {
+                    memo.finish();
+                    None
+                }
             }
-            .and_then(|b| {
-                pg_text_columns(b, &row_fields, &time_zone, &mut last)
-                    .map_err(DataFusionError::from)
-            });
-            let rows: Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> = match batch {
-                Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
-                Err(e) => Box::new(std::iter::once(Err(to_pg_error(&Error::Engine(e.into()))))),
-            };
-            stream::iter(rows)
-        })
-        .flatten();
+        },
+    )
+    .flatten();
     let mut response = QueryResponse::new(fields, rows);
     response.set_command_tag(tag);
     Ok(response)

@@ -385,7 +385,11 @@ impl PgQueryHandler {
             }
         };
         match output {
-            QueryOutput::Rows { stream, tag } => {
+            QueryOutput::Rows {
+                stream,
+                tag,
+                encodings,
+            } => {
                 // The session is busy until the last row is sent.
                 let schema = stream.schema();
                 let stream = Box::pin(RecordBatchStreamAdapter::new(
@@ -396,7 +400,8 @@ impl PgQueryHandler {
                     }),
                 ));
                 let last = last_fields_of(client);
-                let response = query_response(stream, tag, format, format_options(&session), &last)
+                let options = format_options(&session);
+                let response = query_response(stream, tag, format, options, &last, encodings)
                     .map_err(|e| Error::Unsupported {
                         what: e.to_string(),
                     })?;

@@ -6,12 +6,14 @@
 //! - [`extended`] — Parse/Describe/Bind/Execute; `parsed`: what a Parse makes of a text, and
 //!   the connection's last one.
 //! - `params`: bound parameters, date and time values read in the session's zone;
-//! - `encode`: Arrow batches as data rows; `cancel`: CancelRequest; [`idle`]: the
+//! - `encode`: Arrow batches as data rows, `encoded`: a cached result's rows kept encoded;
+//!   `cancel`: CancelRequest; [`idle`]: the
 //!   idle-in-transaction watchdog; `sqlstate`: error kinds as SQLSTATEs.
 
 mod buffered;
 mod cancel;
 mod encode;
+mod encoded;
 pub mod extended;
 mod forward;
 pub mod handler;

@@ -48,7 +48,8 @@ impl GatewayService {
                     let query = Statement::Query(query.clone());
                     let stream = self
                         .query(&query, params, None, session, ctx, Reading::Cursor)
-                        .await?;
+                        .await?
+                        .stream;
                     let schema = stream.schema();
                     // Fused: a FETCH after the last row reads nothing, however the engine's
                     // stream behaves once it has ended.
@@ -74,6 +75,7 @@ impl GatewayService {
                 Ok(QueryOutput::Rows {
                     stream: batches_stream(schema, batches),
                     tag: "FETCH",
+                    encodings: None,
                 })
             }
             Statement::Close { cursor } => {

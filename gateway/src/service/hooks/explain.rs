@@ -73,6 +73,7 @@ impl GatewayService {
         Ok(QueryOutput::Rows {
             stream: batches_stream(batch.schema(), vec![batch]),
             tag: "EXPLAIN",
+            encodings: None,
         })
     }
 

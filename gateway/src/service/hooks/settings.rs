@@ -95,6 +95,7 @@ impl GatewayService {
                 Ok(QueryOutput::Rows {
                     stream: batches_stream(batch.schema(), vec![batch]),
                     tag: "SHOW",
+                    encodings: None,
                 })
             }
             Statement::Reset(r) => {
