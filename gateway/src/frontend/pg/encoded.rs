@@ -44,8 +44,22 @@ struct EncodedRows {
 }
 
 impl EncodedRows {
-    fn made_as(&self, options: &FormatOptions, columns: &[Column]) -> bool {
-        self.columns == columns && self.options == *options
+    /// Whether these rows were encoded as a response of `schema` sent with `fields` under
+    /// `options` encodes (compared in place: a hit builds no key).
+    fn made_as(&self, options: &FormatOptions, schema: &Schema, fields: &[FieldInfo]) -> bool {
+        self.columns.len() == fields.len()
+            && schema.fields().len() == fields.len()
+            && self
+                .columns
+                .iter()
+                .zip(schema.fields().iter().zip(fields))
+                .all(|(c, (arrow, field))| {
+                    c.arrow == *arrow.data_type()
+                        && c.pg == *field.datatype()
+                        && c.modifier == field.type_modifier()
+                        && c.format == field.format()
+                })
+            && self.options == *options
     }
 }
 
@@ -80,6 +94,13 @@ impl Memo {
         let Some(encodings) = encodings.filter(|e| e.room() > 0) else {
             return Self(State::None);
         };
+        let kept = encodings
+            .get()
+            .and_then(|k| k.downcast::<EncodedRows>().ok())
+            .filter(|k| k.made_as(options, schema, fields));
+        if let Some(kept) = kept {
+            return Self(State::Send { kept, at: 0 });
+        }
         let columns: Vec<Column> = schema
             .fields()
             .iter()
@@ -94,24 +115,17 @@ impl Memo {
         if columns.len() != fields.len() || columns.len() != schema.fields().len() {
             return Self(State::None);
         }
-        let kept = encodings
-            .get()
-            .and_then(|k| k.downcast::<EncodedRows>().ok())
-            .filter(|k| k.made_as(options, &columns));
-        Self(match kept {
-            Some(kept) => State::Send { kept, at: 0 },
-            None => State::Keep(Keeping {
-                encodings,
-                // The value behind the `Arc` (its counts too), the columns, the options.
-                bytes: (16 + size_of::<EncodedRows>() + columns.len() * size_of::<Column>()) as u64
-                    + weight_of(options),
-                rows: EncodedRows {
-                    options: options.clone(),
-                    columns,
-                    batches: Vec::new(),
-                },
-            }),
-        })
+        Self(State::Keep(Keeping {
+            encodings,
+            // The value behind the `Arc` (its counts too), the columns, the options.
+            bytes: (16 + size_of::<EncodedRows>() + columns.len() * size_of::<Column>()) as u64
+                + weight_of(options),
+            rows: EncodedRows {
+                options: options.clone(),
+                columns,
+                batches: Vec::new(),
+            },
+        }))
     }
 
     /// The data rows of the stream's next item: the kept ones, or `encode`'s (kept when
