@@ -246,8 +246,8 @@ mod tests {
     async fn answer(
         items: Vec<datafusion::error::Result<RecordBatch>>,
         encodings: &Arc<Encodings>,
-        format: Format,
-        options: FormatOptions,
+        format: &Format,
+        options: &FormatOptions,
     ) -> Vec<Result<DataRow, String>> {
         let stream = Box::pin(RecordBatchStreamAdapter::new(
             schema(),
@@ -257,8 +257,8 @@ mod tests {
         let mut response = query_response(
             stream,
             "SELECT",
-            &format,
-            Arc::new(options),
+            format,
+            Arc::new(options.clone()),
             &last,
             Some(encodings.clone()),
         )
@@ -270,92 +270,48 @@ mod tests {
         rows
     }
 
-    fn text() -> (Format, FormatOptions) {
-        (Format::UnifiedText, FormatOptions::default())
+    /// Batches of two rows from `ids` on.
+    fn batches(ids: &[i64]) -> Vec<datafusion::error::Result<RecordBatch>> {
+        ids.iter().map(|&id| Ok(batch(id))).collect()
+    }
+
+    fn room() -> Arc<Encodings> {
+        Arc::new(Encodings::for_result(10_000))
     }
 
     #[tokio::test]
     async fn a_hit_encoded_the_same_way_sends_the_rows_the_first_answer_kept() {
-        let encodings = Arc::new(Encodings::for_result(10_000));
-        let (format, options) = text();
-        let first = answer(
-            vec![Ok(batch(1)), Ok(batch(3))],
-            &encodings,
-            format.clone(),
-            options.clone(),
-        )
-        .await;
+        let encodings = room();
+        let (text, binary) = (Format::UnifiedText, Format::UnifiedBinary);
+        let options = FormatOptions::default();
+        let first = answer(batches(&[1, 3]), &encodings, &text, &options).await;
         assert_eq!(first.len(), 4);
         assert!(encodings.get().is_some(), "kept once the stream ended well");
         // Other values, the same row counts: a hit never has them, so sending the first
         // answer's rows shows they were not encoded again.
-        let hit = answer(
-            vec![Ok(batch(7)), Ok(batch(9))],
-            &encodings,
-            format.clone(),
-            options.clone(),
-        )
-        .await;
+        let hit = answer(batches(&[7, 9]), &encodings, &text, &options).await;
         assert_eq!(hit, first);
-        let fresh = answer(
-            vec![Ok(batch(7)), Ok(batch(9))],
-            &Arc::new(Encodings::for_result(10_000)),
-            format,
-            options.clone(),
-        )
-        .await;
+        let fresh = answer(batches(&[7, 9]), &room(), &text, &options).await;
         assert_ne!(fresh, first, "the batches' own rows differ");
 
         // Binary columns, or other session formatting: encoded (and kept) anew.
-        let binary = answer(
-            vec![Ok(batch(7)), Ok(batch(9))],
-            &encodings,
-            Format::UnifiedBinary,
-            options.clone(),
-        )
-        .await;
-        assert_ne!(binary, first);
-        let binary_again = answer(
-            vec![Ok(batch(11)), Ok(batch(13))],
-            &encodings,
-            Format::UnifiedBinary,
-            options.clone(),
-        )
-        .await;
-        assert_eq!(
-            binary_again, binary,
-            "the binary rows were kept in their turn"
-        );
+        let sent = answer(batches(&[7, 9]), &encodings, &binary, &options).await;
+        assert_ne!(sent, first);
+        let again = answer(batches(&[11, 13]), &encodings, &binary, &options).await;
+        assert_eq!(again, sent, "the binary rows were kept in their turn");
         let mut other = options;
         other.extra_float_digits = 0;
-        let text_again = answer(
-            vec![Ok(batch(7)), Ok(batch(9))],
-            &encodings,
-            Format::UnifiedText,
-            other.clone(),
-        )
-        .await;
-        let fresh_other = answer(
-            vec![Ok(batch(7)), Ok(batch(9))],
-            &Arc::new(Encodings::for_result(10_000)),
-            Format::UnifiedText,
-            other,
-        )
-        .await;
+        let text_again = answer(batches(&[7, 9]), &encodings, &text, &other).await;
+        let fresh_other = answer(batches(&[7, 9]), &room(), &text, &other).await;
         assert_eq!(text_again, fresh_other, "its own batches, encoded");
     }
 
     #[tokio::test]
     async fn an_error_comes_where_the_stream_gives_it_and_a_failed_answer_keeps_nothing() {
-        let encodings = Arc::new(Encodings::for_result(10_000));
-        let (format, options) = text();
-        let failed = answer(
-            vec![Ok(batch(1)), Err(failure())],
-            &encodings,
-            format.clone(),
-            options.clone(),
-        )
-        .await;
+        let encodings = room();
+        let (text, options) = (Format::UnifiedText, FormatOptions::default());
+        let failing = |id| vec![Ok(batch(id)), Err(failure())];
+        let failed = answer(failing(1), &encodings, &text, &options).await;
         assert_eq!(failed.len(), 3);
         assert!(failed[2].as_ref().is_err_and(|e| e.contains("max_rows")));
         assert!(
@@ -363,51 +319,36 @@ mod tests {
             "nothing kept from a failed answer"
         );
 
-        let first = answer(
-            vec![Ok(batch(1)), Ok(batch(3))],
-            &encodings,
-            format.clone(),
-            options.clone(),
-        )
-        .await;
+        let first = answer(batches(&[1, 3]), &encodings, &text, &options).await;
         // A hit whose stream fails at its second batch (a limit, a cancel): the first batch's
         // kept rows, then the error.
-        let hit = answer(
-            vec![Ok(batch(5)), Err(failure())],
-            &encodings,
-            format.clone(),
-            options.clone(),
-        )
-        .await;
+        let hit = answer(failing(5), &encodings, &text, &options).await;
         assert_eq!(hit.len(), 3);
         assert_eq!(hit[..2], first[..2]);
         assert!(hit[2].as_ref().is_err_and(|e| e.contains("max_rows")));
         // Batches that are not the kept ones (another row count) are encoded.
         let one_row = batch(21).slice(0, 1);
-        let other = answer(vec![Ok(one_row)], &encodings, format, options).await;
+        let other = answer(vec![Ok(one_row)], &encodings, &text, &options).await;
         assert_eq!(other.len(), 1);
         assert_ne!(other[0], first[0]);
     }
 
     #[tokio::test]
     async fn rows_larger_than_the_room_charged_for_them_are_not_kept() {
-        let (format, options) = text();
+        let (text, options) = (Format::UnifiedText, FormatOptions::default());
         // 40 rows of about 40 bytes each (and their headers) against 1 KiB and 100 bytes.
-        let many: Vec<_> = (0..20).map(|i| Ok(batch(i * 2))).collect();
+        let ids: Vec<i64> = (0..20).map(|i| i * 2).collect();
         let encodings = Arc::new(Encodings::for_result(100));
-        let rows = answer(many, &encodings, format.clone(), options.clone()).await;
+        let rows = answer(batches(&ids), &encodings, &text, &options).await;
         assert_eq!(rows.len(), 40);
         assert!(encodings.get().is_none());
         // The same rows fit the room of a result of their Arrow size.
-        let many: Vec<_> = (0..20).map(|i| Ok(batch(i * 2))).collect();
-        let arrow: usize = many
+        let arrow: usize = ids
             .iter()
-            .map(|b: &datafusion::error::Result<RecordBatch>| {
-                b.as_ref().map_or(0, RecordBatch::get_array_memory_size)
-            })
+            .map(|&id| batch(id).get_array_memory_size())
             .sum();
         let encodings = Arc::new(Encodings::for_result(arrow as u64));
-        answer(many, &encodings, format, options).await;
+        answer(batches(&ids), &encodings, &text, &options).await;
         assert!(encodings.get().is_some());
     }
 }
