@@ -27,7 +27,7 @@ use crate::service::encodings::Encodings;
 pub(super) type Rows = Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync>;
 
 /// What a column's bytes on the wire depend on besides its values.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 struct Column {
     arrow: DataType,
     pg: Type,
